@@ -1,0 +1,6 @@
+"""Helpers shared by the GPUs-in-PyTorch notebooks; they extend ``from d2l import torch as d2l``."""
+
+from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
+from .guard import needs_gpus
+
+__all__ = ["accelerator_type", "cpu", "gpu", "needs_gpus", "num_gpus", "try_all_gpus", "try_gpu"]

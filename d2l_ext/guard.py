@@ -1,0 +1,45 @@
+"""The one way for a notebook cell to need GPUs.
+
+    if d2l_ext.needs_gpus(2):
+        ...  # runs only with two GPUs or more
+
+With too few GPUs the cell prints one line (what it needs, what it found, how to get a GPU) and runs
+nothing; with enough it runs, and an error inside it fails like any other. A plain ``if`` keeps the
+guarded code visible to linters and behaves the same in JupyterLab, on Colab and under nbval.
+Tag such a cell ``device-dependent`` so that nbval compares its output only on a machine without an
+accelerator, where the stored outputs are made (see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+from .devices import accelerator_type, num_gpus
+
+# what each device type is called in the message
+_VENDOR = {"cuda": "CUDA (NVIDIA, or AMD with ROCm)", "mps": "Apple MPS", "xpu": "Intel XPU"}
+
+
+def skip_message(needed: int, found: int, found_type: str | None, kind: str | None = None) -> str:
+    """Return the one-line message that a guarded cell prints when it skips."""
+    what = f"{needed} GPU" + ("s" if needed > 1 else "")
+    if kind is not None:
+        what += f" of type {_VENDOR.get(kind, kind)}"
+    if found == 0:
+        have = "no GPU"
+    else:
+        have = f"{found} {_VENDOR.get(found_type or '', found_type)} GPU" + ("s" if found > 1 else "")
+    if needed == 1:
+        how = "To get one on Colab: Runtime > Change runtime type > T4 GPU."
+    else:
+        how = f"Colab offers only one GPU: use a machine with {needed} (a multi-GPU cloud instance)."
+    return f"Skipped: this cell needs {what}; this machine has {have}. {how}"
+
+
+def needs_gpus(n: int = 1, kind: str | None = None) -> bool:
+    """Return True if ``n`` GPUs (of device type ``kind``, if given) are usable; else print why not."""
+    found_type = accelerator_type()
+    found = num_gpus()
+    usable = found if kind is None or kind == found_type else 0
+    if usable >= n:
+        return True
+    print(skip_message(n, found, found_type, kind))
+    return False

@@ -1,0 +1,103 @@
+"""d2l_ext's device functions, with what torch reports controlled (never the machine's own hardware)."""
+
+import pytest
+import torch
+
+import d2l_ext
+from d2l_ext import guard
+
+
+def fake_accelerator(monkeypatch, kind: str | None, count: int) -> None:
+    """Make torch.accelerator report ``count`` devices of type ``kind`` (None: no accelerator)."""
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: kind is not None)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device(kind or "cuda"))
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count if kind else 0)
+
+
+def old_torch(monkeypatch, cuda: int = 0, mps: bool = False) -> None:
+    """Hide torch.accelerator (torch < 2.6) and control torch.cuda and torch.backends.mps instead."""
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # called twice in one test
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+def test_cpu_and_gpu_names():
+    assert d2l_ext.cpu() == torch.device("cpu")
+    # like d2l, gpu(i) only names a device; without an accelerator the name is CUDA's
+    assert d2l_ext.gpu(3).index == 3
+
+
+def test_no_accelerator(monkeypatch):
+    fake_accelerator(monkeypatch, None, 0)
+    assert d2l_ext.accelerator_type() is None
+    assert d2l_ext.num_gpus() == 0
+    assert d2l_ext.try_gpu() == torch.device("cpu")
+    assert d2l_ext.try_all_gpus() == [torch.device("cpu")]  # d2l-en returns [] here
+    assert d2l_ext.gpu(1) == torch.device("cuda:1")
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps", "xpu"])
+def test_one_gpu_of_each_vendor(monkeypatch, kind):
+    fake_accelerator(monkeypatch, kind, 1)
+    assert d2l_ext.accelerator_type() == kind
+    assert d2l_ext.num_gpus() == 1
+    assert d2l_ext.try_gpu() == torch.device(f"{kind}:0")
+    assert d2l_ext.try_gpu(1) == torch.device("cpu")
+    assert d2l_ext.try_all_gpus() == [torch.device(f"{kind}:0")]
+
+
+def test_four_gpus(monkeypatch):
+    fake_accelerator(monkeypatch, "cuda", 4)
+    assert d2l_ext.try_gpu(3) == torch.device("cuda:3")
+    assert d2l_ext.try_gpu(4) == torch.device("cpu")
+    assert d2l_ext.try_all_gpus() == [torch.device(f"cuda:{i}") for i in range(4)]
+
+
+def test_torch_without_accelerator_module(monkeypatch):
+    old_torch(monkeypatch, cuda=2)
+    assert d2l_ext.accelerator_type() == "cuda"
+    assert d2l_ext.try_all_gpus() == [torch.device("cuda:0"), torch.device("cuda:1")]
+    old_torch(monkeypatch, cuda=0, mps=True)
+    assert d2l_ext.accelerator_type() == "mps"
+    assert d2l_ext.try_gpu() == torch.device("mps:0")
+    old_torch(monkeypatch, cuda=0, mps=False)
+    assert d2l_ext.try_all_gpus() == [torch.device("cpu")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "count", "needed", "needed_kind", "runs"),
+    [
+        (None, 0, 1, None, False),
+        ("cuda", 1, 1, None, True),
+        ("cuda", 1, 2, None, False),
+        ("cuda", 2, 2, None, True),
+        ("cuda", 8, 2, "cuda", True),
+        ("mps", 1, 1, None, True),
+        ("mps", 1, 1, "cuda", False),  # a CUDA-only cell (streams, nvidia-smi) skips on a Mac
+        ("xpu", 2, 2, "xpu", True),
+    ],
+)
+def test_needs_gpus_decides_and_explains(monkeypatch, capsys, kind, count, needed, needed_kind, runs):
+    fake_accelerator(monkeypatch, kind, count)
+    assert d2l_ext.needs_gpus(needed, kind=needed_kind) is runs
+    printed = capsys.readouterr().out
+    if runs:
+        assert printed == ""
+    else:
+        assert printed.count("\n") == 1  # one line
+        assert printed.startswith(f"Skipped: this cell needs {needed} GPU")
+        assert ("no GPU" if count == 0 else f"has {count} ") in printed
+        assert "Colab" in printed
+
+
+def test_skip_message_wording():
+    assert guard.skip_message(1, 0, None) == (
+        "Skipped: this cell needs 1 GPU; this machine has no GPU. "
+        "To get one on Colab: Runtime > Change runtime type > T4 GPU."
+    )
+    two = guard.skip_message(2, 1, "cuda")
+    assert "needs 2 GPUs; this machine has 1 CUDA (NVIDIA, or AMD with ROCm) GPU." in two
+    assert "Colab offers only one GPU" in two
+    assert "of type Apple MPS" in guard.skip_message(1, 1, "cuda", kind="mps")
