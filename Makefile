@@ -46,7 +46,7 @@ test: lint unit notebooks
 
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
-	$(BIN)/python tests/refresh_outputs.py notebooks
+	$(BIN)/python tools/refresh_outputs.py notebooks
 
 clean:
 	rm -rf $(VENV)

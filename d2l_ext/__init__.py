@@ -2,5 +2,6 @@
 
 from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .guard import needs_gpus
+from .timing import measure
 
-__all__ = ["accelerator_type", "cpu", "gpu", "needs_gpus", "num_gpus", "try_all_gpus", "try_gpu"]
+__all__ = ["accelerator_type", "cpu", "gpu", "measure", "needs_gpus", "num_gpus", "try_all_gpus", "try_gpu"]
