@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
+# Jupyter refuses to run as root (containers, CI) unless told to
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbval workers: notebooks run in parallel, each notebook whole in one worker (--dist loadfile)
 NBVAL_WORKERS ?= 2
 NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 300
@@ -31,7 +33,7 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	touch $@
 
 lab: env
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: env
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
@@ -40,7 +42,7 @@ unit: env
 	$(BIN)/python -m pytest tests -q
 
 notebooks: env
-	$(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
 
 test: lint unit notebooks
 

@@ -1,0 +1,79 @@
+"""Static checks on the committed notebooks: they hold a real, clean, top-to-bottom run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.nbval_harness import DEVICE_DEPENDENT_TAG, notebooks_under
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+ALL = notebooks_under(NOTEBOOKS)
+CHAPTERS = [p for p in ALL if p.parent == NOTEBOOKS]
+
+
+def ids(paths):
+    return [str(p.relative_to(NOTEBOOKS)) for p in paths]
+
+
+def code_cells(path: Path):
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source.strip()]
+
+
+def test_there_are_chapters():
+    assert [p.name for p in CHAPTERS][:1] == ["01_devices.ipynb"]
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_stored_run_is_one_clean_run_top_to_bottom(path):
+    # `make outputs` runs each notebook in a fresh kernel: counts are then 1, 2, 3, ... in order
+    counts = [c.execution_count for c in code_cells(path)]
+    assert counts == list(range(1, len(counts) + 1)), f"run `make outputs`: execution counts are {counts}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_no_stray_stderr_or_errors(path):
+    for c in code_cells(path):
+        tags = c.metadata.get("tags", [])
+        for output in c.outputs:
+            # warnings print a path with the kernel's pid on stderr: such output never compares equal
+            assert output.get("name") != "stderr", f"stderr output in cell:\n{c.source}\n{output.text}"
+            if output.output_type == "error":
+                assert "raises-exception" in tags, f"a stored error in a cell not tagged raises-exception:\n{c.source}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_gpu_guarded_cells_are_tagged(path):
+    # on a GPU machine, a guarded cell prints something else than the stored skip message
+    for c in code_cells(path):
+        if "needs_gpus(" in c.source:
+            assert DEVICE_DEPENDENT_TAG in c.metadata.get("tags", []), f"tag {DEVICE_DEPENDENT_TAG!r}:\n{c.source}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_no_machine_paths(path):
+    text = path.read_text(encoding="utf-8")
+    assert not re.search(r"/(tmp|root|home|work)/[\w.-]+", text), "an absolute path of the machine that ran it"
+    assert nbformat.read(path, as_version=4).metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_chapter_has_summary_exercises_and_tested_solutions(path):
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert "## Summary" in text and "## Exercises" in text
+    solutions = NOTEBOOKS / "solutions" / path.name
+    assert solutions.exists(), f"no {solutions.relative_to(NOTEBOOKS)}"
+    assert f"(solutions/{path.name})" in text, "the chapter does not link to its solutions"
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_nbval_markers_are_well_formed(path):
+    # nbval only honours a marker that is a whole comment line: "# NBVAL_SKIP: why" is silently ignored
+    markers = {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION"}
+    for c in code_cells(path):
+        for line in c.source.splitlines():
+            if "NBVAL_" in line:
+                assert line.strip().lstrip("#").strip() in markers, f"malformed nbval marker: {line!r}"
