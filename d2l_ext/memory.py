@@ -1,0 +1,48 @@
+"""How much memory a device holds, as a table a learner can read.
+
+On a GPU, PyTorch's caching allocator keeps four counters: bytes *allocated* to live tensors, bytes
+*reserved* from the driver (live tensors plus the cache the allocator keeps for reuse), and the peak of
+each since the last reset. The CPU has no such allocator (freed tensors go straight back to the C
+library), so for the CPU the report gives the process's resident memory instead.
+"""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from .devices import try_gpu
+
+
+def _memory_module(device: torch.device):
+    """Return the module with the allocator's counters: torch.accelerator (torch >= 2.9) or torch.cuda."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "memory_allocated"):
+        return accelerator
+    return torch.cuda
+
+
+def memory_report(device: torch.device | str | None = None) -> dict[str, int]:
+    """Return the memory counters of ``device`` (default ``try_gpu()``) in bytes, by name."""
+    device = torch.device(device) if device is not None else try_gpu()
+    if device.type in ("cpu", "meta"):
+        return {"process resident": psutil.Process().memory_info().rss}
+    module = _memory_module(device)
+    index = device.index if device.index is not None else module.current_device_index()
+    return {
+        "allocated": module.memory_allocated(index),
+        "reserved": module.memory_reserved(index),
+        "peak allocated": module.max_memory_allocated(index),
+        "peak reserved": module.max_memory_reserved(index),
+    }
+
+
+def memory_table(rows: list[tuple[str, dict[str, int]]], unit: int = 2**20) -> str:
+    """Return ``(label, memory_report)`` rows as an aligned text table, in MiB by default."""
+    columns = list(rows[0][1]) if rows else []
+    unit_name = {2**20: "MiB", 2**30: "GiB", 1: "B"}.get(unit, f"x{unit} B")
+    width = max([len("step")] + [len(label) for label, _ in rows])
+    lines = [f"{'step':<{width}}" + "".join(f"{name + ' (' + unit_name + ')':>22}" for name in columns)]
+    for label, report in rows:
+        lines.append(f"{label:<{width}}" + "".join(f"{report[name] / unit:>22.1f}" for name in columns))
+    return "\n".join(lines)

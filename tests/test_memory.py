@@ -1,0 +1,37 @@
+"""d2l_ext.memory: the report on the CPU, on a GPU (what torch reports controlled), and the table."""
+
+import torch
+
+from d2l_ext import memory
+
+
+def test_cpu_report_is_the_process_resident_memory():
+    before = memory.memory_report("cpu")["process resident"]
+    block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB, touched
+    after = memory.memory_report("cpu")["process resident"]
+    assert set(memory.memory_report("cpu")) == {"process resident"}
+    assert after - before >= 48 * 2**20
+    del block
+
+
+def test_gpu_report_reads_the_allocator_counters(monkeypatch):
+    counters = {"memory_allocated": 100, "memory_reserved": 200, "max_memory_allocated": 300,
+                "max_memory_reserved": 400}
+    asked = []
+    for name, value in counters.items():
+        monkeypatch.setattr(torch.accelerator, name,
+                            lambda index=None, value=value: asked.append(index) or value)
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    report = memory.memory_report("cuda:1")
+    assert report == {"allocated": 100, "reserved": 200, "peak allocated": 300, "peak reserved": 400}
+    assert set(asked) == {1}  # the index named, not the current device
+    memory.memory_report("cuda")
+    assert asked[-1] == 0  # no index: the current device
+
+
+def test_table_is_aligned_in_mib():
+    rows = [("start", {"allocated": 0, "reserved": 0}),
+            ("after allocating", {"allocated": 256 * 2**20, "reserved": 256 * 2**20})]
+    lines = memory.memory_table(rows).splitlines()
+    assert len(lines) == 3 and len({len(line) for line in lines}) == 1
+    assert "allocated (MiB)" in lines[0] and lines[2].split()[-1] == "256.0"
