@@ -2,7 +2,8 @@
 
 ``torch.utils.benchmark.Timer`` already does the hard parts: it synchronizes the accelerator around each
 measurement (so asynchronous GPU work is counted; d2l's ``Timer`` and ``Benchmark`` do not), sets the
-thread count, and repeats until the estimate is stable. ``measure`` adds a warm-up call.
+thread count, and repeats until the estimate is stable. ``measure`` adds a warm-up call;
+``measure_copy`` times a copy between two devices and ``bandwidth`` turns a time into bytes per second.
 """
 
 from __future__ import annotations
@@ -27,3 +28,33 @@ def measure(
         stmt="fn()", globals={"fn": fn}, num_threads=num_threads or torch.get_num_threads(), label=label
     )
     return timer.blocked_autorange(min_run_time=min_run_time)
+
+
+def bandwidth(nbytes: int, measurement: benchmark.Measurement) -> float:
+    """Return the bytes per second reached when one run of ``measurement`` moves ``nbytes`` (from the median)."""
+    return nbytes / measurement.median
+
+
+def measure_copy(
+    nbytes: int,
+    source: torch.device | str,
+    destination: torch.device | str,
+    *,
+    pinned: bool = False,
+    non_blocking: bool = False,
+    num_threads: int | None = None,
+    min_run_time: float = 0.2,
+) -> benchmark.Measurement:
+    """Return the measured time of ``dst.copy_(src)`` for ``nbytes`` bytes; buffers are allocated once."""
+    source, destination = torch.device(source), torch.device(destination)
+    if pinned and "cpu" not in (source.type, destination.type):
+        raise ValueError("pinned=True pins the host side of a copy; neither side is the CPU")
+    # pinned (page-locked) host memory needs an accelerator runtime: without a GPU, allocating it raises
+    src = torch.ones(nbytes, dtype=torch.uint8, device=source, pin_memory=pinned and source.type == "cpu")
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=destination, pin_memory=pinned and destination.type == "cpu")
+    return measure(
+        lambda: dst.copy_(src, non_blocking=non_blocking),
+        num_threads=num_threads,
+        min_run_time=min_run_time,
+        label=f"copy {nbytes} bytes {source} -> {destination}",
+    )

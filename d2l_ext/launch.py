@@ -1,0 +1,109 @@
+"""Launching a distributed training script with torchrun from a notebook, without leaks.
+
+``torchrun`` starts one process per device, sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` for each,
+and lets them meet at a rendezvous address. From a notebook it must also be bounded in time, talk over
+127.0.0.1 only, clean up every process it started, and turn a failing rank into an error that shows
+that rank's message. ``torchrun`` does the first part; this module does the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+
+class LaunchError(RuntimeError):
+    """A launched run failed: its exit code, what it printed, and the failing rank's error."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        self.rank = failing_rank(stderr)
+        prefix = f"[rank{self.rank}]: "
+        errors = [line.removeprefix(prefix) for line in stderr.splitlines() if line.startswith(prefix)
+                  and re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line.removeprefix(prefix))]
+        where = f"rank {self.rank}" if self.rank is not None else "a process"
+        message = errors[-1] if errors else stderr.strip()[-1000:]
+        super().__init__(f"{where} failed (torchrun exit code {returncode}): {message}")
+
+
+def failing_rank(stderr: str) -> int | None:
+    """Return the rank that torchrun names as the root cause of a failure, if it names one."""
+    match = re.search(r"Root Cause.*?rank\s*:\s*(\d+)", stderr, flags=re.S)
+    return int(match[1]) if match else None
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int) -> list[str]:
+    """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", str(script), *args]
+
+
+def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, timeout: float = 120,
+             echo: bool = True) -> str:
+    """Run ``script`` under torchrun with ``nproc`` local processes; return its stdout, or raise LaunchError.
+
+    Lines the processes print are echoed as they arrive (``echo``), so a long run shows its progress.
+    The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo listens on the loopback interface only
+    command = torchrun_command(script, nproc, args or [], free_port())
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # its own process group, so that all of it can be killed
+    stderr_lines: list[str] = []
+    drain = threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True)
+    drain.start()
+    timer = threading.Timer(timeout, _kill_group, args=(process,))
+    timer.start()
+    stdout_lines: list[str] = []
+    started = time.monotonic()
+    try:
+        for line in process.stdout:
+            stdout_lines.append(line)
+            if echo:
+                print(line, end="", flush=True)
+        process.wait()
+    finally:
+        timer.cancel()
+        _kill_group(process)  # leftovers, if any
+        drain.join(timeout=10)
+    if process.returncode != 0:
+        if time.monotonic() - started >= timeout:
+            raise TimeoutError(f"torchrun did not finish within {timeout} s and was stopped")
+        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines))
+    return "".join(stdout_lines)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill ``process``, its process group and every process it started (workers may be in other groups)."""
+    try:
+        tree = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)

@@ -1,0 +1,113 @@
+"""Train a small classifier with DistributedDataParallel (DDP): one process per device.
+
+Run it with torchrun, which starts the processes and sets RANK, LOCAL_RANK and WORLD_SIZE:
+
+    torchrun --nproc-per-node=2 scripts/ddp_train.py --epochs 5      # 2 processes on this machine
+    torchrun --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
+             --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 scripts/ddp_train.py   # on each of 2 machines
+
+With GPUs each process drives one GPU over NCCL; without, each process is a CPU worker and they talk over
+gloo. The data is synthetic (made from a fixed seed, identical in every process), so nothing is downloaded.
+Only rank 0 prints, so the output reads the same whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def synthetic_data(n: int, seed: int) -> TensorDataset:
+    """Return n samples of 20 features labelled in 4 classes by a fixed nonlinear rule."""
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(n, 20, generator=generator)
+    teacher = torch.randn(20, 4, generator=torch.Generator().manual_seed(1234))
+    labels = (torch.tanh(features @ teacher) + 0.1 * features[:, :4]).argmax(dim=1)
+    return TensorDataset(features, labels)
+
+
+def model(hidden: int = 256) -> nn.Module:
+    """Return the classifier: two hidden layers of ``hidden`` units."""
+    return nn.Sequential(nn.Linear(20, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 4))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=128, help="global batch, split across processes")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--samples", type=int, default=8192)
+    parser.add_argument("--hidden", type=int, default=256, help="units per hidden layer")
+    parser.add_argument("--fail-rank", type=int, default=-1, help="this rank raises an error (for the demo)")
+    args = parser.parse_args()
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)  # before anything touches the GPU: this process owns one
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)  # reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE set by torchrun
+    try:
+        train(args, rank, world_size, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
+    torch.manual_seed(0)
+    net = model(args.hidden).to(device)
+    # DDP broadcasts rank 0's parameters at construction and all-reduces (averages) gradients in backward
+    ddp = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    train_set, test_set = synthetic_data(args.samples, seed=1), synthetic_data(2048, seed=2)
+    # each process sees a different 1/world_size of every epoch; the global batch stays the same
+    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=args.batch_size // world_size, sampler=sampler)
+    if rank == 0:
+        print(f"{world_size} process(es), backend {dist.get_backend()}, device type {device.type}, "
+              f"{len(loader)} steps of {args.batch_size // world_size} samples per process and epoch", flush=True)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same in every process
+        start = time.perf_counter()
+        totals = torch.zeros(2, device=device)  # loss sum and sample count, kept on the device
+        for X, y in loader:
+            X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss = nn.functional.cross_entropy(ddp(X), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            totals += torch.stack([loss.detach() * len(y), torch.tensor(float(len(y)), device=device)])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        dist.all_reduce(totals)  # sum over processes: the mean loss of the whole epoch
+        if rank == 0:
+            mean_loss = totals[0].item() / totals[1].item()
+            print(f"epoch {epoch + 1}: mean training loss {mean_loss:.4f} (in {seconds:.3f} s)", flush=True)
+        if rank == args.fail_rank:
+            raise RuntimeError(f"rank {rank} fails on purpose after epoch {epoch + 1}")
+
+    # every process must hold the same parameters: gather them all and compare with rank 0's
+    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(gathered, flat)
+    with torch.no_grad():
+        X, y = test_set.tensors
+        accuracy = (net(X.to(device)).argmax(dim=1) == y.to(device)).float().mean().item()
+    if rank == 0:
+        identical = all(torch.equal(gathered[0], other) for other in gathered[1:])
+        print(f"parameters identical in all {world_size} process(es): {identical}", flush=True)
+        print(f"test accuracy: {accuracy:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

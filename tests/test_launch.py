@@ -1,0 +1,72 @@
+"""d2l_ext.launch.torchrun: runs ranks over 127.0.0.1, reports a failing rank, never leaks processes."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from d2l_ext import launch
+
+SCRIPT = textwrap.dedent("""\
+    import os, sys, time
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    print(f"rank {rank} of {dist.get_world_size()}: sum {total.item():.0f}, "
+          f"master {os.environ['MASTER_ADDR']}", flush=True)
+    if sys.argv[1] == str(rank):
+        raise ValueError(f"rank {rank} fails on purpose")
+    if sys.argv[1] == "sleep":
+        time.sleep(120)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.fixture()
+def script(tmp_path):
+    path = tmp_path / "ranks.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def running(script) -> list[int]:
+    """Return the processes anywhere on the machine whose command line names ``script``."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if any(str(script) in part for part in process.info["cmdline"] or []):
+            found.append(process.info["pid"])
+    return found
+
+
+def test_two_ranks_meet_on_loopback(script):
+    output = launch.torchrun(script, nproc=2, args=["none"], echo=False)
+    assert "rank 0 of 2: sum 3, master 127.0.0.1" in output
+    assert "rank 1 of 2: sum 3, master 127.0.0.1" in output
+    assert running(script) == []
+
+
+def test_a_failing_rank_raises_with_its_message(script):
+    with pytest.raises(launch.LaunchError) as failure:
+        launch.torchrun(script, nproc=2, args=["1"], echo=False)
+    assert failure.value.rank == 1
+    assert "rank 1 failed" in str(failure.value)
+    assert "ValueError: rank 1 fails on purpose" in str(failure.value)
+
+
+def test_a_hanging_run_is_stopped_and_leaves_nothing(script):
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        launch.torchrun(script, nproc=2, args=["sleep"], timeout=20, echo=False)
+    assert time.monotonic() - start < 60, "the launcher waited for workers it should have killed"
+    assert running(script) == []  # workers orphaned by a killed torchrun would still be listed
+
+
+def test_the_command_meets_at_127_0_0_1():
+    command = launch.torchrun_command("train.py", 4, ["--epochs", "1"], 29999)
+    assert "--master-addr=127.0.0.1" in command and "--master-port=29999" in command
+    assert "--nproc-per-node=4" in command and command[-3:] == ["train.py", "--epochs", "1"]

@@ -1,0 +1,59 @@
+"""d2l_ext.parallel: equal to chapter 6's cell, and correct (equal to single-device training)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+from pathlib import Path
+
+import nbformat
+import torch
+from torch import nn
+
+from d2l_ext import parallel
+
+CHAPTER = Path(__file__).resolve().parent.parent / "notebooks" / "06_multi_gpu.ipynb"
+NAMES = ["split_batch", "allreduce", "train_step"]
+
+
+def function_sources(source: str) -> dict[str, str]:
+    tree = ast.parse(source)
+    return {node.name: ast.unparse(node) for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_chapter_defines_the_same_functions():
+    cells = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells if c.cell_type == "code"]
+    in_chapter = {}
+    for source in cells:
+        if "def split_batch" in source:
+            in_chapter = function_sources(source)
+    saved = function_sources(inspect.getsource(parallel))
+    assert [n for n in NAMES if n in in_chapter] == NAMES
+    for name in NAMES:
+        assert in_chapter[name] == saved[name], f"{name} differs between the chapter and d2l_ext/parallel.py"
+
+
+def test_allreduce_sums_in_place():
+    tensors = [torch.tensor([1.0, 2.0]), torch.tensor([10.0, 20.0]), torch.tensor([100.0, 200.0])]
+    parallel.allreduce(tensors)
+    assert all(torch.equal(t, torch.tensor([111.0, 222.0])) for t in tensors)
+
+
+def test_three_workers_equal_one_device():
+    torch.manual_seed(0)
+    X, y = torch.randn(96, 5), torch.randint(0, 3, (96,))
+    single = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    devices = [torch.device("cpu")] * 3
+    initial = copy.deepcopy(single)
+    replicas = [copy.deepcopy(single) for _ in devices]
+    optimizers = [torch.optim.SGD(r.parameters(), lr=0.5) for r in replicas]
+    optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
+    for Xb, yb in zip(X.split(24), y.split(24), strict=True):
+        parallel.train_step(replicas, optimizers, Xb, yb, devices)
+        nn.functional.cross_entropy(single(Xb), yb).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for p, q in zip(replicas[2].parameters(), single.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert not torch.allclose(single[0].weight, initial[0].weight)  # and it did train
