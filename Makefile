@@ -11,12 +11,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NBVAL_WORKERS ?= 2
 NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 300
 
-.PHONY: env lab test lint unit notebooks outputs clean help
+.PHONY: env lab test lint unit notebooks outputs doctor clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "make test     create the environment (first run) and run lint, unit tests and nbval"
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
+	@echo "make doctor   report what this machine can run, chapter by chapter"
 	@echo "make clean    remove the environment"
 
 env: $(STAMP)
@@ -49,6 +50,9 @@ test: lint unit notebooks
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
 	$(BIN)/python tools/refresh_outputs.py notebooks
+
+doctor: env
+	$(BIN)/python -m d2l_ext.doctor
 
 clean:
 	rm -rf $(VENV)

@@ -34,12 +34,15 @@ def skip_message(needed: int, found: int, found_type: str | None, kind: str | No
     return f"Skipped: this cell needs {what}; this machine has {have}. {how}"
 
 
+def gpus_available(n: int = 1, kind: str | None = None) -> bool:
+    """Return True if ``n`` GPUs (of device type ``kind``, if given) are usable here."""
+    usable = num_gpus() if kind is None or kind == accelerator_type() else 0
+    return usable >= n
+
+
 def needs_gpus(n: int = 1, kind: str | None = None) -> bool:
     """Return True if ``n`` GPUs (of device type ``kind``, if given) are usable; else print why not."""
-    found_type = accelerator_type()
-    found = num_gpus()
-    usable = found if kind is None or kind == found_type else 0
-    if usable >= n:
+    if gpus_available(n, kind):
         return True
-    print(skip_message(n, found, found_type, kind))
+    print(skip_message(n, num_gpus(), accelerator_type(), kind))
     return False

@@ -1,0 +1,62 @@
+"""python -m d2l_ext.doctor: on this machine (no GPU) and with a GPU that torch is made to report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import torch
+
+from d2l_ext import doctor
+from tests.test_devices import fake_accelerator
+
+
+def write_chapter(folder, cells):
+    folder.mkdir(exist_ok=True)
+    notebook = {"cells": [{"cell_type": kind, "source": source, "metadata": {}} for kind, source in cells],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "09_demo.ipynb").write_text(json.dumps(notebook))
+
+
+def test_runs_as_a_module_on_this_machine():
+    done = subprocess.run([sys.executable, "-m", "d2l_ext.doctor"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"torch {torch.__version__}" in done.stdout
+    assert "01_devices:" in done.stdout and "06_multi_gpu:" in done.stdout
+
+
+def test_without_a_gpu(monkeypatch, tmp_path):
+    fake_accelerator(monkeypatch, None, 0)
+    write_chapter(tmp_path, [("markdown", "## 9.1 Anywhere"), ("code", "x = 1"),
+                             ("markdown", "## 9.2 One GPU"), ("code", "if d2l_ext.needs_gpus(1):\n    pass"),
+                             ("markdown", "## 9.3 Two CUDA GPUs"), ("code", 'if d2l_ext.needs_gpus(2, kind="cuda"):')])
+    text = doctor.report(tmp_path)
+    assert "accelerators: none usable" in text
+    assert "09_demo: runs, except 2 section(s) with cells that skip:" in text
+    assert "- 9.2 One GPU: needs 1 GPU\n" in text + "\n"
+    assert "- 9.3 Two CUDA GPUs: needs 2 CUDA (NVIDIA, or AMD with ROCm) GPUs" in text
+    assert "9.1 Anywhere" not in text
+
+
+def test_with_one_cuda_gpu(monkeypatch, tmp_path):
+    fake_accelerator(monkeypatch, "cuda", 1)
+    props = SimpleNamespace(name="Tesla T4", total_memory=15 * 2**30, major=7, minor=5, multi_processor_count=40)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    write_chapter(tmp_path, [("markdown", "## 9.2 One GPU"), ("code", "if d2l_ext.needs_gpus(1):"),
+                             ("markdown", "## 9.3 Two GPUs"), ("code", "if d2l_ext.needs_gpus(2):")])
+    text = doctor.report(tmp_path)
+    assert "accelerators: 1\n  cuda:0 Tesla T4, 15.0 GiB, compute capability 7.5, 40 SMs" in text
+    assert "9.2 One GPU" not in text  # runs here
+    assert "- 9.3 Two GPUs: needs 2 GPUs" in text
+
+
+def test_an_apple_gpu_skips_cuda_only_cells(monkeypatch, tmp_path):
+    fake_accelerator(monkeypatch, "mps", 1)
+    write_chapter(tmp_path, [("markdown", "## 9.4 Streams"), ("code", 'if d2l_ext.needs_gpus(1, kind="cuda"):'),
+                             ("markdown", "## 9.5 Any GPU"), ("code", "if d2l_ext.needs_gpus(1):")])
+    text = doctor.report(tmp_path)
+    assert "mps:0 (Apple MPS)" in text
+    assert "- 9.4 Streams: needs 1 CUDA (NVIDIA, or AMD with ROCm) GPU" in text
+    assert "9.5 Any GPU" not in text
