@@ -11,7 +11,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NBVAL_WORKERS ?= 2
 NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 300
 
-.PHONY: env lab test lint unit notebooks outputs doctor clean help
+.PHONY: env lab test lint unit notebooks outputs doctor colab clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
@@ -50,6 +50,10 @@ test: lint unit notebooks
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
 	$(BIN)/python tools/refresh_outputs.py notebooks
+
+# Colab badges and setup cells, README badges: from the repository address in tools/colab.py
+colab: env
+	$(BIN)/python tools/colab.py
 
 doctor: env
 	$(BIN)/python -m d2l_ext.doctor

@@ -1,0 +1,119 @@
+"""Keep every notebook's Colab badge and setup cell, and the README's badges, in line with one address.
+
+The repository's address lives here, in REPOSITORY and BRANCH. A fork changes these two lines, runs
+`make colab` (this script) and then `make outputs`; tests/test_colab.py fails until it has.
+
+Each notebook starts with two cells that this script writes:
+- a Markdown cell with an "Open in Colab" badge pointing at the notebook in the repository;
+- a setup cell that, on Colab only, clones the repository, installs d2l (without its pins) and d2l_ext,
+  and moves into the notebook's folder; anywhere else it does nothing. nbval does not compare its output.
+Notebook metadata asks Colab for a GPU runtime (a T4), since every chapter has cells that use one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+REPOSITORY = "d2l-ext/gpus-in-pytorch"  # owner/name on GitHub: change this in a fork
+BRANCH = "main"
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+BADGE_ID, SETUP_ID = "colab-badge", "colab-setup"
+README_START, README_END = "<!-- badges: written by tools/colab.py -->", "<!-- /badges -->"
+
+
+def d2l_requirement() -> str:
+    """Return the pinned d2l requirement (from requirements-d2l.txt, its one place)."""
+    lines = [ln.strip() for ln in (ROOT / "requirements-d2l.txt").read_text().splitlines()]
+    return next(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def colab_url(path: Path) -> str:
+    return f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{path.relative_to(ROOT).as_posix()}"
+
+
+def binder_url() -> str:
+    return f"https://mybinder.org/v2/gh/{REPOSITORY}/{BRANCH}?urlpath=lab/tree/notebooks"
+
+
+def badge_cell(path: Path) -> nbformat.NotebookNode:
+    badge = f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)})"
+    cell = nbformat.v4.new_markdown_cell(badge)
+    cell["id"] = BADGE_ID
+    return cell
+
+
+def setup_cell(path: Path) -> nbformat.NotebookNode:
+    folder = path.parent.relative_to(ROOT).as_posix()
+    source = "\n".join([
+        "# On Colab: fetch this course and install what Colab lacks. Anywhere else this cell does nothing.",
+        "import sys",
+        "",
+        'if "google.colab" in sys.modules:',
+        f"    !git clone --quiet --depth 1 --branch {BRANCH} https://github.com/{REPOSITORY} /content/course",
+        f"    %pip install --quiet --no-deps {d2l_requirement()} /content/course",
+        f"    %cd /content/course/{folder}",
+    ])
+    cell = nbformat.v4.new_code_cell(source)
+    cell["id"] = SETUP_ID
+    cell.metadata["tags"] = [SETUP_ID, "nbval-ignore-output"]
+    return cell
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def updated(path: Path) -> nbformat.NotebookNode:
+    """Return the notebook with fresh badge and setup cells at the top and Colab's GPU metadata."""
+    notebook = nbformat.read(path, as_version=4)
+    rest = [c for c in notebook.cells if c.get("id") not in (BADGE_ID, SETUP_ID)]
+    old_setup = next((c for c in notebook.cells if c.get("id") == SETUP_ID), None)
+    setup = setup_cell(path)
+    if old_setup is not None and old_setup.source == setup.source:  # keep its stored run
+        setup = old_setup
+    notebook.cells = [badge_cell(path), setup, *rest]
+    notebook.metadata["accelerator"] = "GPU"
+    notebook.metadata["colab"] = {"gpuType": "T4", "provenance": []}
+    return notebook
+
+
+def readme_badges() -> str:
+    first = NOTEBOOKS / "01_devices.ipynb"
+    return "\n".join([
+        README_START,
+        f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder_url()})",
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(first)})",
+        README_END,
+    ])
+
+
+def updated_readme(text: str) -> str:
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    return text[:start] + readme_badges() + text[end:]
+
+
+def main() -> int:
+    changed = []
+    for path in notebooks():
+        notebook = updated(path)
+        if notebook != nbformat.read(path, as_version=4):
+            nbformat.write(notebook, path)
+            changed.append(path)
+    readme = ROOT / "README.md"
+    if updated_readme(readme.read_text()) != readme.read_text():
+        readme.write_text(updated_readme(readme.read_text()))
+        changed.append(readme)
+    for path in changed:
+        print(f"updated {path.relative_to(ROOT)}")
+    if any(p.suffix == ".ipynb" for p in changed):
+        print("now run `make outputs` so that the stored runs include the setup cell")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
