@@ -4,7 +4,7 @@ from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .guard import needs_gpus
 from .launch import LaunchError, torchrun
 from .memory import memory_report, memory_table
-from .timing import bandwidth, measure, measure_copy
+from .timing import bandwidth, measure, measure_copy, synchronize
 from .training import synthetic_classification
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "memory_table",
     "needs_gpus",
     "num_gpus",
+    "synchronize",
     "synthetic_classification",
     "torchrun",
     "try_all_gpus",

@@ -58,3 +58,10 @@ def measure_copy(
         min_run_time=min_run_time,
         label=f"copy {nbytes} bytes {source} -> {destination}",
     )
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until all work queued on ``device`` is done; the CPU runs each operation at once: no-op."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)

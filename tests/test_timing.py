@@ -99,3 +99,12 @@ def test_measure_copy_sets_the_thread_count(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "copy_", recording_copy)
     d2l_ext.timing.measure_copy(64, "cpu", "cpu", num_threads=1, min_run_time=0.01)
     assert seen[-1] == 1
+
+
+def test_synchronize_waits_on_accelerators_only(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: synced.append(device))
+    d2l_ext.synchronize("cpu")
+    assert synced == []  # nothing queued on the CPU, and no accelerator call without one
+    d2l_ext.synchronize("cuda:1")
+    assert synced == [torch.device("cuda:1")]
