@@ -2,7 +2,7 @@
 
 from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .guard import needs_gpus
-from .launch import LaunchError, torchrun
+from .launch import LaunchError, device_and_backend, rank_device_and_backend, torchrun
 from .memory import memory_report, memory_table
 from .timing import bandwidth, measure, measure_copy, synchronize
 from .training import synthetic_classification
@@ -12,6 +12,7 @@ __all__ = [
     "accelerator_type",
     "bandwidth",
     "cpu",
+    "device_and_backend",
     "gpu",
     "measure",
     "measure_copy",
@@ -19,6 +20,7 @@ __all__ = [
     "memory_table",
     "needs_gpus",
     "num_gpus",
+    "rank_device_and_backend",
     "synchronize",
     "synthetic_classification",
     "torchrun",

@@ -3,7 +3,8 @@
 ``torchrun`` starts one process per device, sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` for each,
 and lets them meet at a rendezvous address. From a notebook it must also be bounded in time, talk over
 127.0.0.1 only, clean up every process it started, and turn a failing rank into an error that shows
-that rank's message. ``torchrun`` does the first part; this module does the rest.
+that rank's message. ``torchrun`` does the first part; this module does the rest. Inside each launched
+process, ``rank_device_and_backend`` picks the rank's device and the process group's backend.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 import psutil
+import torch
+import torch.distributed as dist
 
 
 class LaunchError(RuntimeError):
@@ -33,6 +36,23 @@ class LaunchError(RuntimeError):
         where = f"rank {self.rank}" if self.rank is not None else "a process"
         message = errors[-1] if errors else stderr.strip()[-1000:]
         super().__init__(f"{where} failed (torchrun exit code {returncode}): {message}")
+
+
+def device_and_backend(local_rank: int, local_world_size: int, cuda_devices: int,
+                       nccl_available: bool) -> tuple[torch.device, str]:
+    """Return a local rank's device and process-group backend: its own CUDA GPU and NCCL, else CPU and gloo."""
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"local rank {local_rank} is not in 0..{local_world_size - 1}")
+    # NCCL needs one GPU per process: two ranks on one GPU are refused, and cuda:1 does not exist on one GPU
+    if nccl_available and cuda_devices >= local_world_size:
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
+    """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
+    nccl = dist.is_available() and dist.is_nccl_available()
+    return device_and_backend(local_rank, local_world_size, torch.cuda.device_count(), nccl)
 
 
 def failing_rank(stderr: str) -> int | None:

@@ -28,7 +28,12 @@ def memory_report(device: torch.device | str | None = None) -> dict[str, int]:
     if device.type in ("cpu", "meta"):
         return {"process resident": psutil.Process().memory_info().rss}
     module = _memory_module(device)
-    index = device.index if device.index is not None else module.current_device_index()
+    if device.index is not None:
+        index = device.index
+    elif module is torch.cuda:
+        index = torch.cuda.current_device()  # torch.cuda has no current_device_index()
+    else:
+        index = module.current_device_index()
     return {
         "allocated": module.memory_allocated(index),
         "reserved": module.memory_reserved(index),

@@ -7,6 +7,8 @@ import time
 
 import psutil
 import pytest
+import torch
+import torch.distributed as dist
 
 from d2l_ext import launch
 
@@ -70,3 +72,36 @@ def test_the_command_meets_at_127_0_0_1():
     command = launch.torchrun_command("train.py", 4, ["--epochs", "1"], 29999)
     assert "--master-addr=127.0.0.1" in command and "--master-port=29999" in command
     assert "--nproc-per-node=4" in command and command[-3:] == ["train.py", "--epochs", "1"]
+
+
+# (CUDA GPUs on the machine, local processes) -> each local rank's (device, backend). A rank gets its own GPU
+# and NCCL only if every local process gets one; one GPU with two processes would need cuda:1 (which does not
+# exist) or two NCCL ranks on one GPU (which NCCL refuses), so both ranks run on the CPU over gloo.
+RANK_CASES = [
+    (0, 1, [("cpu", "gloo")]),
+    (0, 2, [("cpu", "gloo"), ("cpu", "gloo")]),
+    (1, 1, [("cuda:0", "nccl")]),
+    (1, 2, [("cpu", "gloo"), ("cpu", "gloo")]),
+    (2, 1, [("cuda:0", "nccl")]),
+    (2, 2, [("cuda:0", "nccl"), ("cuda:1", "nccl")]),
+]
+
+
+@pytest.mark.parametrize(("gpus", "nproc", "expected"), RANK_CASES)
+def test_each_rank_gets_its_own_gpu_or_the_cpu(monkeypatch, gpus, nproc, expected):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    expected = [(torch.device(device), backend) for device, backend in expected]
+    assert [launch.device_and_backend(rank, nproc, gpus, True) for rank in range(nproc)] == expected
+    assert [launch.rank_device_and_backend(rank, nproc) for rank in range(nproc)] == expected  # reads torch
+
+
+def test_without_nccl_gpus_are_not_used(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: False)  # e.g. a build without NCCL
+    assert launch.rank_device_and_backend(1, 2) == (torch.device("cpu"), "gloo")
+
+
+def test_a_rank_outside_the_local_world_is_an_error():
+    with pytest.raises(ValueError, match="local rank 2"):
+        launch.device_and_backend(2, 2, 4, True)

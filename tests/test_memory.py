@@ -29,6 +29,21 @@ def test_gpu_report_reads_the_allocator_counters(monkeypatch):
     assert asked[-1] == 0  # no index: the current device
 
 
+def test_torch_without_accelerator_counters_falls_back_to_torch_cuda(monkeypatch):
+    """On torch < 2.9 torch.accelerator has no memory counters: torch.cuda's are read, for its current device."""
+    monkeypatch.delattr(torch.accelerator, "memory_allocated")
+    assert memory._memory_module(torch.device("cuda")) is torch.cuda
+    asked = []
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda index=None: asked.append(index) or 7)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    report = memory.memory_report("cuda")
+    assert report == {"allocated": 7, "reserved": 7, "peak allocated": 7, "peak reserved": 7}
+    assert asked == [3, 3, 3, 3]  # no index: torch.cuda's current device
+    memory.memory_report("cuda:1")
+    assert asked[-4:] == [1, 1, 1, 1]
+
+
 def test_table_is_aligned_in_mib():
     rows = [("start", {"allocated": 0, "reserved": 0}),
             ("after allocating", {"allocated": 256 * 2**20, "reserved": 256 * 2**20})]

@@ -6,8 +6,9 @@ Run it with torchrun, which starts the processes and sets RANK, LOCAL_RANK and W
     torchrun --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
              --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 scripts/ddp_train.py   # on each of 2 machines
 
-With GPUs each process drives one GPU over NCCL; without, each process is a CPU worker and they talk over
-gloo. The data is synthetic (made from a fixed seed, identical in every process), so nothing is downloaded.
+With a GPU for every process on the machine, each process drives one GPU over NCCL; otherwise (no GPU, or
+fewer GPUs than processes) each process is a CPU worker and they talk over gloo. The data is synthetic (made
+from a fixed seed, identical in every process), so nothing is downloaded.
 Only rank 0 prints, so the output reads the same whatever the number of processes.
 """
 
@@ -22,6 +23,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from d2l_ext import rank_device_and_backend
 
 
 def synthetic_data(n: int, seed: int) -> TensorDataset:
@@ -49,17 +52,17 @@ def main() -> None:
     args = parser.parse_args()
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)  # before anything touches the GPU: this process owns one
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    world_size, local_world_size = int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    # one CUDA GPU per process over NCCL if this machine has a GPU for every local process; else CPU and gloo
+    # (so 2 processes on a machine with 1 GPU run on the CPU: NCCL refuses two ranks on one GPU)
+    device, backend = rank_device_and_backend(local_rank, local_world_size)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before anything touches the GPU: this process owns one
     dist.init_process_group(backend)  # reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE set by torchrun
-    try:
-        train(args, rank, world_size, device)
-    finally:
-        dist.destroy_process_group()
+    train(args, rank, world_size, device)
+    # only after success: on an error, shutting NCCL down while the other ranks wait in a collective can
+    # block (pytorch/pytorch#119215); the failing process just exits, and torchrun stops the others
+    dist.destroy_process_group()
 
 
 def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device) -> None:
@@ -78,14 +81,17 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same in every process
         start = time.perf_counter()
-        totals = torch.zeros(2, device=device)  # loss sum and sample count, kept on the device
+        totals = torch.zeros(2, device=device)  # loss sum and sample count
+        samples = 0
         for X, y in loader:
             X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = nn.functional.cross_entropy(ddp(X), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            totals += torch.stack([loss.detach() * len(y), torch.tensor(float(len(y)), device=device)])
+            totals[0] += loss.detach() * len(y)  # summed on the device: no waiting for it at every step
+            samples += len(y)  # counted in Python: a new tensor from a number would be a copy that waits
+        totals[1] = samples  # once per epoch
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
