@@ -1,4 +1,5 @@
 # Two commands do all the set-up: `make lab` and `make test`. Both create the environment on first use.
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,13 +11,19 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbval workers: notebooks run in parallel, each notebook whole in one worker (--dist loadfile)
 NBVAL_WORKERS ?= 2
 NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 300
+# Pins that make stored numbers hold across x86 CPUs: MKL and oneDNN take the AVX2 code path that the stored
+# outputs were made with, also on CPUs with AVX-512 or AMX (elsewhere, e.g. on ARM, they change nothing).
+# MKL_CBWR=COMPATIBLE would pin more but made a 1024x1024 product 3.4x slower here; make test-matrix runs it.
+# The harness compares numbers within a tolerance, so a machine without these pins passes too (the matrix shows it).
+NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 
-.PHONY: env lab test lint unit notebooks outputs doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix doctor colab binder-check browser-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "make test     create the environment (first run) and run lint, unit tests and nbval"
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
+	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
 	@echo "make colab    rewrite Colab badges and setup cells from the address in tools/colab.py"
 	@echo "make binder-check   check Binder's generated build against this Makefile (repo2docker, no Docker)"
@@ -46,13 +53,24 @@ unit: env
 	$(BIN)/python -m pytest tests -q
 
 notebooks: env
-	PYTHONHASHSEED=0 $(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
+	env $(NUMERIC_ENV) $(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
 
-test: lint unit notebooks
+# The tests must leave the tree as they found it: no file written, no notebook changed.
+test:
+	@before="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
+	$(MAKE) --no-print-directory lint unit notebooks || exit $$?; \
+	after="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
+	if [ "$$before" != "$$after" ]; then \
+	  echo "make test changed these files (tests must write only to temporary folders):"; \
+	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi
+
+# The notebook suite under the variations this machine can produce (tools/test_matrix.py says which)
+test-matrix: env
+	$(BIN)/python tools/test_matrix.py
 
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
-	$(BIN)/python tools/refresh_outputs.py notebooks
+	env $(NUMERIC_ENV) $(BIN)/python tools/refresh_outputs.py notebooks
 
 # Colab badges and setup cells, README badges: from the repository address in tools/colab.py
 colab: env

@@ -6,16 +6,164 @@ under a folder given on the command line was not collected (a stray --ignore, a 
 
 Cells tagged ``device-dependent`` (those behind ``d2l_ext.needs_gpus``, or that print which device was
 found) are compared on a machine without an accelerator, where the stored outputs are made; on a GPU
-machine they run, and an error still fails them, but their output is not compared.
+machine they run, and an error still fails them, but their output is not compared. Cells tagged
+``build-dependent`` (they print what the torch build says: its CUDA version, its error without a driver) are
+compared only under the torch build that stored them, which ``make outputs`` records in the notebook's metadata.
+
+Numbers are compared with a tolerance, text exactly. Another CPU (AVX-512 or AMX instead of AVX2, another thread
+count, Apple's Accelerate instead of MKL) rounds floating-point sums differently, so a stored ``0.4892`` may be
+printed ``0.4897`` on a correct checkout. Every number with a decimal point or an exponent inside a compared
+output (after tests/sanitize.cfg) matches its stored value within ``DEFAULT_TOLERANCE``; integers (counts, shapes,
+sizes), words, dtypes, device names and booleans compare exactly, and so does a digit that is part of a name
+(``cuda:0``, ``float32``, ``fc1``, ``0x...``). The numbers are found and compared by pytest-doctestplus's
+``FLOAT_CMP`` output checker. A cell may widen the tolerance through its metadata, with a reason::
+
+    "tolerance": {"rtol": 0.03, "reason": "bfloat16 autocast rounds differently on CPUs with AMX"}
 """
 
 from __future__ import annotations
 
+import copy
+import doctest
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pytest_doctestplus.output_checker import FLOAT_CMP, OutputChecker
 
 DEVICE_DEPENDENT_TAG = "device-dependent"
+BUILD_DEPENDENT_TAG = "build-dependent"
+# where `make outputs` records the torch build that made a notebook's stored outputs
+BUILD_METADATA_KEY = "d2l_ext"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a number printed by a fresh run may be from the stored one: |fresh - stored| <= atol + rtol*|stored|."""
+
+    rtol: float
+    atol: float
+
+
+# 0.5%: the largest drift measured between CPUs on a compared value is 0.22% (a DDP training loss after 80
+# steps at lr 0.8); a changed seed, a wrong formula or a loop that stops learning moves numbers by far more.
+# atol: differences of float32 round-off printed near zero (e.g. 3e-08 against 0.0) are not regressions.
+DEFAULT_TOLERANCE = Tolerance(rtol=5e-3, atol=1e-6)
+
+
+class NumberChecker(OutputChecker):
+    """pytest-doctestplus's FLOAT_CMP checker, with integers compared exactly: a count or a shape must not drift."""
+
+    def __init__(self, tolerance: Tolerance):
+        super().__init__()
+        self.rtol, self.atol = tolerance.rtol, tolerance.atol
+
+    def equal_floats(self, a: str, b: str) -> bool:
+        if _INTEGER.fullmatch(a) or _INTEGER.fullmatch(b):
+            return a.lstrip("+") == b.lstrip("+")
+        return bool(super().equal_floats(a, b))
+
+    def match(self, stored: str, fresh: str) -> bool:
+        """Return whether ``fresh`` equals ``stored`` but for numbers within the tolerance (whitespace exact)."""
+        return self.check_output(stored, fresh, FLOAT_CMP | doctest.DONT_ACCEPT_BLANKLINE)
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def tolerance_for(metadata: dict) -> Tolerance:
+    """Return a cell's tolerance: the default, or the wider one its metadata asks for with a reason.
+
+    Raises ValueError for a malformed request: unknown keys, no one-line reason, or a tolerance tighter than the
+    default (a cell may only widen it; the default is the contract for every cell).
+    """
+    request = metadata.get("tolerance")
+    if request is None:
+        return DEFAULT_TOLERANCE
+    if not isinstance(request, dict) or set(request) - {"rtol", "atol", "reason"}:
+        raise ValueError(f"cell metadata 'tolerance' must be a dict of rtol, atol and reason, not {request!r}")
+    reason = request.get("reason")
+    if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+        raise ValueError("cell metadata 'tolerance' needs a one-line 'reason' saying why this cell varies more")
+    tolerance = Tolerance(rtol=float(request.get("rtol", DEFAULT_TOLERANCE.rtol)),
+                          atol=float(request.get("atol", DEFAULT_TOLERANCE.atol)))
+    if tolerance.rtol < DEFAULT_TOLERANCE.rtol or tolerance.atol < DEFAULT_TOLERANCE.atol:
+        raise ValueError(f"cell metadata 'tolerance' {request!r} is tighter than the default {DEFAULT_TOLERANCE}")
+    return tolerance
+
+
+def _compared_texts(output: dict) -> list[tuple[str | None, str]]:
+    """Return the places in one output whose text nbval compares: (key under 'data' or None, key)."""
+    places: list[tuple[str | None, str]] = []
+    for key, value in output.items():
+        if key in ("output_type", "name", "metadata", "traceback", "execution_count", "transient"):
+            continue
+        if key == "data":
+            places += [("data", mime) for mime, text in value.items() if isinstance(text, str)]
+        elif isinstance(value, str):
+            places.append((None, key))
+    return places
+
+
+def _get(output: dict, place: tuple[str | None, str]) -> str:
+    return output[place[0]][place[1]] if place[0] else output[place[1]]
+
+
+def _set(output: dict, place: tuple[str | None, str], text: str) -> None:
+    if place[0]:
+        output[place[0]][place[1]] = text
+    else:
+        output[place[1]] = text
+
+
+def align_with_stored(fresh: Sequence[dict], stored: Sequence[dict], sanitize: Callable[[str], str],
+                      tolerance: Tolerance) -> list[dict]:
+    """Return a copy of ``fresh`` in which every text that matches its stored counterpart within ``tolerance``
+    (both sanitized) is replaced by the stored text, so that nbval's exact comparison then passes on it.
+
+    Texts are paired as nbval pairs them: the n-th output of a kind (stdout, stderr, a MIME type, ...) with the
+    n-th stored one. A text that differs beyond the tolerance, or in a word, is left as it is, and nbval reports it.
+    """
+    checker = NumberChecker(tolerance)
+    aligned = [copy.deepcopy(output) for output in fresh]
+
+    def by_kind(outputs: Sequence[dict]) -> dict[tuple, list[tuple[dict, tuple[str | None, str]]]]:
+        kinds: dict[tuple, list] = {}
+        for output in outputs:
+            for place in _compared_texts(output):
+                kind = (output.get("output_type") == "stream" and output.get("name"), place)
+                kinds.setdefault(kind, []).append((output, place))
+        return kinds
+
+    stored_kinds = by_kind(stored)
+    for kind, fresh_texts in by_kind(aligned).items():
+        pairs = zip(fresh_texts, stored_kinds.get(kind, []), strict=False)  # a count that differs fails in nbval
+        for (output, place), (stored_output, stored_place) in pairs:
+            fresh_text, stored_text = _get(output, place), _get(stored_output, stored_place)
+            if fresh_text != stored_text and checker.match(sanitize(stored_text), sanitize(fresh_text)):
+                _set(output, place, stored_text)
+    return aligned
+
+
+def relative_drift(stored: str, fresh: str) -> float | None:
+    """Return the largest relative difference between paired numbers of two texts that are equal but for their
+    numbers (0.0 when identical), or None when they differ in words or in how many numbers they hold."""
+    checker = NumberChecker(Tolerance(rtol=0.0, atol=float("inf")))  # any numbers, the same words
+    if not checker.match(stored, fresh):
+        return None
+    pairs = zip(checker.find_numbers(stored), checker.find_numbers(fresh), strict=True)
+    return max((abs(float(a) - float(b)) / max(abs(float(a)), 1e-12) for a, b in pairs if a != b), default=0.0)
+
+
+def torch_build() -> str:
+    """Return the torch build that outputs depend on: its version with the local suffix (``2.14.1+cu130``)."""
+    import torch
+
+    return str(torch.__version__)
 
 
 def notebooks_under(folder: Path) -> list[Path]:
@@ -23,9 +171,11 @@ def notebooks_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-def should_compare(tags: list[str], has_accelerator: bool) -> bool:
+def should_compare(tags: list[str], has_accelerator: bool, same_build: bool = True) -> bool:
     """Return whether a cell's stored output is compared on this machine (if nbval would compare it)."""
-    return not (DEVICE_DEPENDENT_TAG in tags and has_accelerator)
+    if DEVICE_DEPENDENT_TAG in tags and has_accelerator:
+        return False
+    return not (BUILD_DEPENDENT_TAG in tags and not same_build)
 
 
 class NotCollected(pytest.Item):
@@ -70,12 +220,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if cell.execution_count is None and cell.source.strip():
             item.add_marker(pytest.mark.no_stored_run)
         tags = list(cell.metadata.get("tags", []))
-        if DEVICE_DEPENDENT_TAG in tags:
+        if DEVICE_DEPENDENT_TAG in tags or BUILD_DEPENDENT_TAG in tags:
             if has_accelerator is None:  # import torch only when a notebook needs the answer
                 import d2l_ext
 
                 has_accelerator = d2l_ext.num_gpus() > 0
-            if not should_compare(tags, has_accelerator):
+            stored_build = item.parent.nb.metadata.get(BUILD_METADATA_KEY, {}).get("torch_build")
+            if not should_compare(tags, has_accelerator, same_build=stored_build == torch_build()):
                 item.options["check"] = False
 
 
@@ -86,7 +237,51 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             "output cannot be compared: run `make outputs` and commit the notebook",
             pytrace=False,
         )
+    if _is_nbval_cell(item):
+        try:
+            tolerance_for(item.cell.metadata)
+        except ValueError as error:
+            pytest.fail(f"{item.path.name} cell {item.cell_num}: {error}", pytrace=False)
+
+
+def _compare_with_tolerance(self, test, ref, skip_compare=None):
+    """nbval's IPyNbCell.compare_outputs, after numbers within the cell's tolerance are aligned with the stored."""
+    assert _nbval_compare_outputs is not None, "pytest_configure wraps nbval's method first"
+    tolerance = tolerance_for(self.cell.metadata)
+    if os.environ.get(DRIFT_LOG_VARIABLE):
+        _log_drift(self, test, ref, Path(os.environ[DRIFT_LOG_VARIABLE]))
+    return _nbval_compare_outputs(self, align_with_stored(test, ref, self.sanitize, tolerance), ref, skip_compare)
+
+
+# `make test-matrix` sets this to a file: each compared text whose numbers moved is logged there, with how far
+DRIFT_LOG_VARIABLE = "D2L_EXT_DRIFT_LOG"
+
+
+def _log_drift(item, test, ref, log: Path) -> None:
+    stored_kinds, fresh_kinds = {}, {}
+    for outputs, kinds in ((ref, stored_kinds), (test, fresh_kinds)):
+        for output in outputs:
+            for place in _compared_texts(output):
+                kinds.setdefault((output.get("name"), place), []).append(item.sanitize(_get(output, place)))
+    with log.open("a", encoding="utf-8") as file:
+        for kind, stored_texts in stored_kinds.items():
+            for stored, fresh in zip(stored_texts, fresh_kinds.get(kind, []), strict=False):
+                if stored != fresh:
+                    drift = relative_drift(stored, fresh)
+                    file.write(json.dumps({"notebook": str(item.path.relative_to(item.config.rootpath)),
+                                           "cell": item.cell_num, "drift": drift,
+                                           "stored": stored[-300:], "fresh": fresh[-300:]}) + "\n")
+
+
+_nbval_compare_outputs: Callable | None = None  # nbval's own method, kept by pytest_configure
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _nbval_compare_outputs
     config.addinivalue_line("markers", "no_stored_run: a notebook code cell committed without outputs")
+    # nbval has no hook for the comparison of one output: wrap its method, once per process
+    from nbval.plugin import IPyNbCell
+
+    if IPyNbCell.compare_outputs is not _compare_with_tolerance:
+        _nbval_compare_outputs = IPyNbCell.compare_outputs
+        IPyNbCell.compare_outputs = _compare_with_tolerance

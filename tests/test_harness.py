@@ -17,6 +17,15 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbval.plugin import get_sanitize_patterns
 
+from tests.nbval_harness import (
+    DEFAULT_TOLERANCE,
+    NumberChecker,
+    Tolerance,
+    align_with_stored,
+    tolerance_for,
+    torch_build,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 SANITIZE = REPO / "tests" / "sanitize.cfg"
 
@@ -66,19 +75,73 @@ def test_losing_a_rule_is_caught(tmp_path):
 # Running nbval on small notebooks
 
 
-def notebook(*cells) -> nbformat.NotebookNode:
+def notebook(*cells, build: str | None = None) -> nbformat.NotebookNode:
     nb = new_notebook(cells=list(cells))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if build:
+        nb.metadata["d2l_ext"] = {"torch_build": build}
     return nb
 
 
-def cell(source: str, stdout: str | None = None, run: bool = True, tags=()) -> nbformat.NotebookNode:
+def cell(source: str, stdout: str | None = None, run: bool = True, tags=(), tolerance=None) -> nbformat.NotebookNode:
     c = new_code_cell(source, execution_count=1 if run else None)
     if stdout is not None:
         c.outputs = [new_output("stream", name="stdout", text=stdout)]
     if tags:
         c.metadata["tags"] = list(tags)
+    if tolerance is not None:
+        c.metadata["tolerance"] = tolerance
     return c
+
+
+# ---------------------------------------------------------------------------------------------------
+# Numbers within a tolerance, everything else exactly
+
+CPU_DRIFT = "bfloat16 autocast rounds differently on CPUs with AMX"
+
+
+@pytest.mark.parametrize(
+    ("stored", "fresh", "same"),
+    [
+        ("final training loss 0.4892", "final training loss 0.4892", True),
+        ("final training loss 0.4892", "final training loss 0.4903", True),  # measured between two CPUs: 0.22%
+        ("tensor([0.1234, 2.0000])", "tensor([0.1235, 2.0000])", True),
+        ("max difference 3e-08", "max difference 0.0", True),  # round-off near zero: atol
+        ("final training loss 0.4892", "final training loss 0.5153", False),  # another batch size: 5%
+        ("held-out accuracy 0.88", "held-out accuracy 0.89", False),  # 1.1%: a cell must ask for that
+        ("final training loss 0.4892", "final testing loss 0.4892", False),  # a word
+        ("same result: True", "same result: False", False),
+        ("on cuda:0", "on cuda:1", False),  # digits that belong to a name are not numbers
+        ("dtype torch.float32", "dtype torch.float16", False),
+        ("layer fc1", "layer fc2", False),
+        ("at 0x7f00", "at 0x7f01", False),
+        ("64 steps of 64 samples", "64 steps of 65 samples", False),  # integers: exact
+        ("torch.Size([64, 10])", "torch.Size([64, 11])", False),
+        ("a\nb", "a\n  \nb", False),  # whitespace, blank lines included, is text
+    ],
+)
+def test_numbers_match_within_the_tolerance_and_text_exactly(stored, fresh, same):
+    assert NumberChecker(DEFAULT_TOLERANCE).match(stored, fresh) is same
+
+
+def test_a_cell_widens_the_tolerance_only_with_a_reason():
+    assert tolerance_for({}) == DEFAULT_TOLERANCE
+    assert tolerance_for({"tolerance": {"rtol": 0.03, "reason": CPU_DRIFT}}) == Tolerance(0.03, DEFAULT_TOLERANCE.atol)
+    for bad in [{"rtol": 0.03}, {"rtol": 0.03, "reason": " "}, {"rtol": 0.03, "reason": "two\nlines"},
+                {"rtol": 0.03, "reason": CPU_DRIFT, "rtl": 1}, {"rtol": 0, "reason": "tighter than the default"}]:
+        with pytest.raises(ValueError):
+            tolerance_for({"tolerance": bad})
+
+
+def test_alignment_keeps_the_stored_text_only_where_it_matches():
+    stored = [new_output("stream", name="stdout", text="loss 0.4892\n"),
+              new_output("execute_result", data={"text/plain": "tensor(0.5000)"}, execution_count=1)]
+    fresh = [new_output("stream", name="stdout", text="loss 0.4897\n"),
+             new_output("execute_result", data={"text/plain": "tensor(0.6000)"}, execution_count=1)]
+    aligned = align_with_stored(fresh, stored, lambda text: text, DEFAULT_TOLERANCE)
+    assert aligned[0]["text"] == "loss 0.4892\n"  # within the tolerance: nbval then sees equal texts
+    assert aligned[1]["data"]["text/plain"] == "tensor(0.6000)"  # beyond it: left for nbval to report
+    assert fresh[0]["text"] == "loss 0.4897\n"  # the fresh outputs themselves are not changed
 
 
 def run_nbval(folder: Path, *extra: str) -> tuple[int, str]:
@@ -113,6 +176,23 @@ def harness_run(tmp_path_factory) -> tuple[int, str]:
         "sanitized": notebook(cell("print(\"tensor([1., 2.])\")", "tensor([1., 2.], device='cuda:0')\n")),
         # compared on a machine without an accelerator (this one), so a wrong stored output still fails
         "device_dependent": notebook(cell("print(0)", "1\n", tags=["device-dependent"])),
+        # numbers: a drift within the tolerance passes, beyond it fails; a word or an integer never drifts
+        "drift_within": notebook(cell("print('loss', 0.4897)", "loss 0.4892\n")),
+        "drift_beyond": notebook(cell("print('loss', 0.5153)", "loss 0.4892\n")),
+        "changed_word": notebook(cell("print('lost', 0.4892)", "loss 0.4892\n")),
+        "changed_name": notebook(cell("print('cuda:1 float16 fc2 65')", "cuda:0 float32 fc1 64\n")),
+        "changed_seed": notebook(cell("import random; random.seed(1); print(round(random.random(), 4))",
+                                      "0.8444\n")),  # what seed 0 prints
+        # a cell that asks for more, with a reason; and one that asks without saying why
+        "widened": notebook(cell("print('accuracy', 0.89)", "accuracy 0.88\n",
+                                 tolerance={"rtol": 0.03, "reason": CPU_DRIFT})),
+        "widened_without_reason": notebook(cell("print('accuracy', 0.89)", "accuracy 0.88\n",
+                                                tolerance={"rtol": 0.03})),
+        # build-dependent: compared under the torch build that stored it, not under another one
+        "build_same": notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]),
+                               build=torch_build()),
+        "build_other": notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]),
+                                build="2.14.1"),
     }
     for name, nb in examples.items():
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -128,6 +208,15 @@ def harness_run(tmp_path_factory) -> tuple[int, str]:
         ("raises", "FAILED", "Cell execution caused an exception"),
         ("unrun", "ERROR", "has no stored run"),
         ("device_dependent", "FAILED", "Cell outputs differ"),
+        ("drift_within", "PASSED", None),
+        ("drift_beyond", "FAILED", "Cell outputs differ"),
+        ("changed_word", "FAILED", "Cell outputs differ"),
+        ("changed_name", "FAILED", "Cell outputs differ"),
+        ("changed_seed", "FAILED", "Cell outputs differ"),
+        ("widened", "PASSED", None),
+        ("widened_without_reason", "ERROR", "needs a one-line 'reason'"),
+        ("build_same", "FAILED", "Cell outputs differ"),
+        ("build_other", "PASSED", None),
     ],
 )
 def test_harness_outcome(harness_run, name, expected, message):

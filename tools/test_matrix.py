@@ -1,0 +1,143 @@
+"""Run the notebook suite under the variations this machine can produce: `make test-matrix`.
+
+Each variant changes one thing a learner's or contributor's machine may change: how MKL and oneDNN pick their
+CPU code paths, which vector kernels ATen uses, the number of threads, the Python version (a fresh environment
+made by the Makefile, as on a new machine). Every variant must pass: stored outputs hold within the harness's
+tolerance, or the notebook prints at a precision that another CPU keeps. What moved, and by how much, is logged
+(`D2L_EXT_DRIFT_LOG`), so the table shows the largest drift each variant caused in a compared number.
+
+It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or a GPU: see the README.
+
+Usage: python tools/test_matrix.py [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the notebook suite: environment variables, or another Python in a fresh environment."""
+
+    name: str
+    environment: dict[str, str] = field(default_factory=dict)
+    python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
+
+
+# The pins of `make test` (Makefile's NUMERIC_ENV) are dropped in every environment variant, so that each
+# variant shows what a machine without them does; the Python variants keep them, as `make test` there would.
+VARIANTS = [
+    Variant("MKL_CBWR default (no pins)"),
+    Variant("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
+    Variant("ONEDNN_MAX_CPU_ISA=AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    Variant("ATEN_CPU_CAPABILITY=default", {"ATEN_CPU_CAPABILITY": "default"}),
+    Variant("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
+    Variant("OMP_NUM_THREADS=4", {"OMP_NUM_THREADS": "4"}),
+    Variant("Python 3.10 (fresh venv)", python="python3.10"),
+    Variant("Python 3.12 (fresh venv)", python="python3.12"),
+]
+
+
+@dataclass
+class Result:
+    variant: Variant
+    passed: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    largest_drift: float | None = None
+    note: str = ""
+
+
+def counts(output: str) -> tuple[int, int]:
+    """Return (passed, failed + errors) from pytest's closing line."""
+    found = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed|errors?)\b", output)}
+    return found.get("passed", 0), found.get("failed", 0) + found.get("error", 0) + found.get("errors", 0)
+
+
+def run_variant(variant: Variant, log_folder: Path) -> Result:
+    result = Result(variant)
+    drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
+    environment = {**os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log), **variant.environment}
+    arguments = []
+    if variant.python:
+        if shutil.which(variant.python) is None:
+            result.note = f"{variant.python} not found on PATH"
+            result.failed = 1
+            return result
+        venv = f".venv-{variant.python}"
+        arguments = [f"PYTHON={variant.python}", f"VENV={venv}"]
+    else:
+        arguments = ["NUMERIC_ENV=PYTHONHASHSEED=0"]  # drop the MKL and oneDNN pins
+    start = time.perf_counter()
+    done = subprocess.run(["make", "--no-print-directory", "notebooks", *arguments], cwd=REPO, env=environment,
+                          capture_output=True, text=True)
+    result.seconds = time.perf_counter() - start
+    output = done.stdout + done.stderr
+    result.passed, result.failed = counts(output)
+    if done.returncode != 0:
+        result.failed = max(result.failed, 1)
+        failures = re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M)
+        result.note = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
+        (log_folder / (drift_log.stem + ".log")).write_text(output)
+    drifts = [json.loads(line)["drift"] for line in drift_log.read_text().splitlines()] if drift_log.exists() else []
+    numeric = [d for d in drifts if d is not None]
+    result.largest_drift = max(numeric, default=0.0)
+    if any(d is None for d in drifts):
+        result.note += " (some compared texts differed in words: see the log)"
+    return result
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| variant | passed | failed | seconds | largest drift of a compared number | note |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        drift = "none" if not r.largest_drift else f"{r.largest_drift:.2%}"
+        lines.append(f"| {r.variant.name} | {r.passed} | {r.failed} | {r.seconds:.0f} | {drift} | {r.note} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated variant names (or unique prefixes)")
+    parser.add_argument("--list", action="store_true", help="list the variants and exit")
+    parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(v.name for v in VARIANTS))
+        return 0
+    chosen = VARIANTS
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",")]
+        chosen = [v for v in VARIANTS if any(v.name.startswith(w) for w in wanted)]
+        if not chosen:
+            parser.error(f"no variant matches {args.only!r}; see --list")
+    log_folder = Path(tempfile.mkdtemp(prefix="test-matrix-"))
+    results = []
+    for variant in chosen:
+        print(f"running the notebooks with {variant.name} ...", flush=True)
+        results.append(run_variant(variant, log_folder))
+        r = results[-1]
+        print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s {r.note}", flush=True)
+    report = table(results)
+    print("\n" + report)
+    print(f"\nlogs of what moved: {log_folder}")
+    Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.report).write_text(report + "\n")
+    return 0 if all(r.failed == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
