@@ -149,6 +149,29 @@ def align_with_stored(fresh: Sequence[dict], stored: Sequence[dict], sanitize: C
     return aligned
 
 
+def outputs_match(fresh: Sequence[dict], stored: Sequence[dict], sanitize: Callable[[str], str],
+                  tolerance: Tolerance) -> bool:
+    """Return whether nbval would find ``fresh`` equal to ``stored`` with this harness (for tools outside pytest)."""
+
+    def compared(outputs: Sequence[dict]) -> dict[tuple, list[str]]:
+        texts: dict[tuple, list[str]] = {}
+        for output in outputs:
+            for place in _compared_texts(output):
+                kind = (output.get("output_type") == "stream" and output.get("name"), place)
+                texts.setdefault(kind, []).append(sanitize(_get(output, place)))
+        return texts
+
+    return compared(align_with_stored(fresh, stored, sanitize, tolerance)) == compared(stored)
+
+
+def compared_cell(cell: dict) -> bool:
+    """Return whether nbval compares this code cell's output at all (no ignore or skip marker)."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    if "nbval-ignore-output" in tags or "nbval-skip" in tags:
+        return False
+    return not re.search(r"^\s*#\s*NBVAL_(IGNORE_OUTPUT|SKIP)\s*$", cell.get("source", ""), flags=re.M)
+
+
 def relative_drift(stored: str, fresh: str) -> float | None:
     """Return the largest relative difference between paired numbers of two texts that are equal but for their
     numbers (0.0 when identical), or None when they differ in words or in how many numbers they hold."""

@@ -8,11 +8,19 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.nbval_harness import DEVICE_DEPENDENT_TAG, notebooks_under
+from tests.nbval_harness import (
+    BUILD_DEPENDENT_TAG,
+    BUILD_METADATA_KEY,
+    DEVICE_DEPENDENT_TAG,
+    notebooks_under,
+    tolerance_for,
+)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 ALL = notebooks_under(NOTEBOOKS)
 CHAPTERS = [p for p in ALL if p.parent == NOTEBOOKS]
+REQUIREMENTS = (NOTEBOOKS.parent / "requirements.txt").read_text()
+PINNED_TORCH = re.search(r"^torch==(\S+)$", REQUIREMENTS, flags=re.M).group(1)
 
 
 def ids(paths):
@@ -77,3 +85,25 @@ def test_nbval_markers_are_well_formed(path):
         for line in c.source.splitlines():
             if "NBVAL_" in line:
                 assert line.strip().lstrip("#").strip() in markers, f"malformed nbval marker: {line!r}"
+
+
+KNOWN_TAGS = {DEVICE_DEPENDENT_TAG, BUILD_DEPENDENT_TAG, "nbval-ignore-output", "nbval-skip", "raises-exception",
+              "nbval-raises-exception", "nbval-check-output", "colab-setup"}
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_tags_and_tolerances_are_ones_the_harness_knows(path):
+    # a misspelt tag ("device_dependent") would silently leave a cell compared on a GPU machine
+    for index, c in enumerate(code_cells(path)):
+        unknown = set(c.metadata.get("tags", [])) - KNOWN_TAGS
+        assert not unknown, f"code cell {index}: unknown tags {unknown}; known: {sorted(KNOWN_TAGS)}"
+        tolerance_for(c.metadata)  # raises on a malformed or unexplained tolerance
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_build_dependent_outputs_say_which_build_made_them(path):
+    # without the record the harness would never compare them; with another torch they are not comparable
+    notebook = nbformat.read(path, as_version=4)
+    if any(BUILD_DEPENDENT_TAG in c.metadata.get("tags", []) for c in notebook.cells):
+        build = notebook.metadata.get(BUILD_METADATA_KEY, {}).get("torch_build", "")
+        assert build.split("+")[0] == PINNED_TORCH, f"stored outputs made with torch {build!r}, pinned {PINNED_TORCH}"

@@ -1,13 +1,18 @@
 """Re-execute notebooks in place so that their stored outputs are fresh: `make outputs`.
 
 Each notebook runs top to bottom in a new kernel of this environment (as nbval runs it), in its own
-folder, with a fixed hash seed and without timing metadata, so that a diff shows only real changes.
+folder, with a fixed hash seed and without timing metadata, so that a diff shows only real changes: a compared
+cell whose fresh output matches the stored one within the harness's tolerance keeps the stored output (its
+numbers moved by round-off on this CPU, not by a change). The torch build is recorded in the notebook's
+metadata, so that the harness compares ``build-dependent`` cells only under that build.
 Usage: python tools/refresh_outputs.py notebooks [more notebooks or folders ...]
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,8 +21,19 @@ import nbformat
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
+from nbval.plugin import get_sanitize_patterns
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.nbval_harness import (  # noqa: E402  (the repository root is on the path only now)
+    BUILD_METADATA_KEY,
+    compared_cell,
+    outputs_match,
+    tolerance_for,
+    torch_build,
+)
+
+SANITIZE_RULES = get_sanitize_patterns((REPO / "tests" / "sanitize.cfg").read_text(encoding="utf-8"))
 
 
 def notebooks(args: list[str]) -> list[Path]:
@@ -38,6 +54,7 @@ def refresh(path: Path) -> int | None:
     Raises if a cell fails, except cells tagged raises-exception.
     """
     notebook = nbformat.read(path, as_version=4)
+    stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
     kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
     client = NotebookClient(
         notebook, km=kernel, timeout=600, record_timing=False,
@@ -52,8 +69,30 @@ def refresh(path: Path) -> int | None:
         kernel.shutdown_kernel(now=True)
     notebook.metadata.pop("widgets", None)
     _relative_paths_in_tracebacks(notebook, REPO)
+    kept = _keep_stored_within_tolerance(notebook, stored)
+    notebook.metadata[BUILD_METADATA_KEY] = {"torch_build": torch_build()}
     nbformat.write(notebook, path)
+    if kept:
+        print(f"  kept the stored output of {kept} cell(s) whose numbers moved within the tolerance", flush=True)
     return peak
+
+
+def _sanitize(text: str) -> str:
+    for regex, replace in SANITIZE_RULES:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def _keep_stored_within_tolerance(notebook: nbformat.NotebookNode, stored: list) -> int:
+    """Put back the stored outputs of compared cells that the fresh run matches within the tolerance."""
+    kept = 0
+    for cell, old in zip(notebook.cells, stored, strict=True):
+        if cell.cell_type != "code" or not old or not compared_cell(cell) or cell.outputs == old:
+            continue
+        if outputs_match(cell.outputs, old, _sanitize, tolerance_for(cell.metadata)):
+            cell.outputs = old
+            kept += 1
+    return kept
 
 
 def _peak_memory(kernel: KernelManager) -> int | None:

@@ -1,0 +1,96 @@
+"""Find compared outputs that depend on the torch build or on the device but carry no tag saying so.
+
+The stored outputs are made on a CPU-only machine with the CUDA build of torch. A cell whose output would differ
+under a CPU-only build (macOS, ``+cpu`` wheels) must be tagged ``build-dependent``; one whose output would differ
+on a machine with a GPU must be tagged ``device-dependent``: otherwise `make test` fails there on a correct
+checkout. This runs the notebook suite twice with torch made to report otherwise (tools/pretend/sitecustomize.py)
+and lists the untagged cells whose compared output changed:
+
+- ``cpu-build``: every untagged compared cell that fails (a changed output, or an exception) is listed.
+- ``gpu``: torch reports one CUDA GPU that is not there, so the first cell that really uses it raises, and
+  what follows in that notebook runs on a broken state. Only cells before that first exception whose output
+  changed are listed: this finds outputs that depend on what torch *reports* (device counts, names, which
+  branch a cell takes). What a GPU *computes* differently is found only on a GPU: there `make test` compares
+  every untagged cell (`make gpu-check` runs the notebooks there).
+
+Exit status 1 if a cell is listed. Usage: python tools/check_tags.py [--mode cpu-build|gpu] [notebooks ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+TAG_FOR = {"cpu-build": "build-dependent", "gpu": "device-dependent"}
+RESULTS_VARIABLE = "D2L_EXT_CHECK_TAGS_RESULTS"
+
+
+def pytest_runtest_logreport(report) -> None:
+    """pytest hook (this module is loaded with -p): record each failed notebook cell and how it failed."""
+    if report.when != "call" or not report.failed or "::Cell " not in report.nodeid:
+        return
+    path, cell = report.nodeid.split("::Cell ")
+    text = str(report.longrepr)
+    how = "output" if "Cell outputs differ" in text else "exception"
+    with open(os.environ[RESULTS_VARIABLE], "a", encoding="utf-8") as file:
+        file.write(json.dumps({"notebook": path, "cell": int(cell), "how": how}) + "\n")
+
+
+def code_cells(path: Path) -> list:
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def untagged_changes(mode: str, targets: list[str]) -> list[str]:
+    """Run nbval with torch reporting ``mode``; return 'notebook cell N: how' for each untagged changed cell."""
+    results = Path(tempfile.mkstemp(prefix=f"check-tags-{mode}-", suffix=".jsonl")[1])
+    environment = {**os.environ, "D2L_EXT_PRETEND": mode, RESULTS_VARIABLE: str(results),
+                   "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
+    command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+               "tests/sanitize.cfg", "-p", "tools.check_tags", "-n", "2", "--dist", "loadfile", "-q", *targets]
+    subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
+    failures: dict[str, dict[int, str]] = {}  # notebook -> code cell -> "output" or "exception"
+    for line in results.read_text().splitlines():  # with xdist a report may arrive twice
+        failure = json.loads(line)
+        failures.setdefault(failure["notebook"], {})[failure["cell"]] = failure["how"]
+    results.unlink()
+    listed = []
+    for notebook, cells in sorted(failures.items()):
+        first_exception = min((i for i, how in cells.items() if how == "exception"), default=None)
+        for index, how in sorted(cells.items()):
+            cell = code_cells(REPO / notebook)[index]
+            tags = cell.metadata.get("tags", [])
+            if TAG_FOR[mode] in tags or "nbval-ignore-output" in tags:
+                continue
+            if mode == "gpu" and (how != "output" or (first_exception is not None and index > first_exception)):
+                continue
+            first_line = cell.source.strip().splitlines()[0][:70]
+            listed.append(f"{notebook} code cell {index} ({how} changed): {first_line}")
+    return listed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=sorted(TAG_FOR), action="append")
+    parser.add_argument("targets", nargs="*", default=["notebooks"])
+    args = parser.parse_args(argv)
+    status = 0
+    for mode in args.mode or sorted(TAG_FOR):
+        listed = untagged_changes(mode, args.targets)
+        print(f"torch reporting {mode}: {len(listed)} untagged compared cell(s) changed"
+              + (f"; tag them {TAG_FOR[mode]!r}:" if listed else ""))
+        for line in listed:
+            print("  " + line)
+        status |= bool(listed)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

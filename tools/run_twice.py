@@ -1,0 +1,73 @@
+"""Run All twice in one kernel: the second run must print the compared outputs that are stored.
+
+A learner re-runs a notebook in the kernel they already have. A cell that prints random numbers without setting
+its seed, or that depends on what a later cell left behind, prints something else the second time, and the stored
+output no longer teaches what the prose says. nbval runs each notebook once in a fresh kernel; this runs every
+notebook top to bottom twice in one kernel and compares the second run with the stored outputs, with the same
+sanitizing and tolerance as the harness (cells tagged nbval-ignore-output are not compared, as in nbval).
+
+Usage: python tools/run_twice.py [notebooks or folders ...]; exit status 1 if a compared output differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.nbval_harness import compared_cell, outputs_match, tolerance_for  # noqa: E402
+from tools.refresh_outputs import _sanitize, notebooks  # noqa: E402
+
+
+def second_run_differences(path: Path) -> list[str]:
+    """Run ``path`` twice in one kernel; return a line for each compared cell whose second output differs."""
+    notebook = nbformat.read(path, as_version=4)
+    stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
+    kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
+    client = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        with client.setup_kernel():
+            for _ in range(2):
+                for index, cell in enumerate(notebook.cells):
+                    if cell.cell_type == "code":
+                        client.execute_cell(cell, index)
+    finally:
+        kernel.shutdown_kernel(now=True)
+    differences = []
+    code_index = -1
+    for cell, old in zip(notebook.cells, stored, strict=True):
+        if cell.cell_type != "code":
+            continue
+        code_index += 1
+        if cell.execution_count is None or not compared_cell(cell):
+            continue
+        if not outputs_match(cell.outputs, old or [], _sanitize, tolerance_for(cell.metadata)):
+            first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+            differences.append(f"{path} code cell {code_index}: {first_line}")
+    return differences
+
+
+def main(args: list[str]) -> int:
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    found = []
+    for path in notebooks(args or ["notebooks"]):
+        differences = second_run_differences(path)
+        print(f"{path}: {'same outputs the second time' if not differences else 'differs the second time'}",
+              flush=True)
+        found += differences
+    for line in found:
+        print("  " + line)
+    print(f"{len(found)} compared cell(s) print otherwise when run twice in one kernel")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
