@@ -17,13 +17,15 @@ NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.c
 # The harness compares numbers within a tolerance, so a machine without these pins passes too (the matrix shows it).
 NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags run-twice doctor colab binder-check browser-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "make test     create the environment (first run) and run lint, unit tests and nbval"
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
 	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons"
+	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
+	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
 	@echo "make colab    rewrite Colab badges and setup cells from the address in tools/colab.py"
 	@echo "make binder-check   check Binder's generated build against this Makefile (repo2docker, no Docker)"
@@ -67,6 +69,14 @@ test:
 # The notebook suite under the variations this machine can produce (tools/test_matrix.py says which)
 test-matrix: env
 	$(BIN)/python tools/test_matrix.py
+
+# Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
+check-tags: env
+	$(BIN)/python tools/check_tags.py
+
+# Run All twice in one kernel: the second run prints the stored outputs too
+run-twice: env
+	env $(NUMERIC_ENV) $(BIN)/python tools/run_twice.py notebooks
 
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
