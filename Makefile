@@ -57,10 +57,15 @@ unit: env
 notebooks: env
 	env $(NUMERIC_ENV) $(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
 
+# lint, then the unit tests and the notebooks in one pytest run: TEST_WORKERS workers take a test file or a
+# notebook at a time (unit tests mostly wait on subprocesses, so a third worker fills the two cores).
 # The tests must leave the tree as they found it: no file written, no notebook changed.
+TEST_WORKERS ?= 3
 test:
 	@before="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
-	$(MAKE) --no-print-directory lint unit notebooks || exit $$?; \
+	$(MAKE) --no-print-directory lint || exit $$?; \
+	env $(NUMERIC_ENV) $(BIN)/python -m pytest tests notebooks $(NBVAL_OPTS) -n $(TEST_WORKERS) --dist loadfile \
+	  -q --durations=10 || exit $$?; \
 	after="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
 	if [ "$$before" != "$$after" ]; then \
 	  echo "make test changed these files (tests must write only to temporary folders):"; \
