@@ -87,15 +87,17 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
     command = torchrun_command(script, nproc, args or [], free_port())
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)  # its own process group, so that all of it can be killed
+    stdout, stderr = process.stdout, process.stderr
+    assert stdout is not None and stderr is not None  # both are pipes
     stderr_lines: list[str] = []
-    drain = threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True)
+    drain = threading.Thread(target=lambda: stderr_lines.extend(stderr), daemon=True)
     drain.start()
     timer = threading.Timer(timeout, _kill_group, args=(process,))
     timer.start()
     stdout_lines: list[str] = []
     started = time.monotonic()
     try:
-        for line in process.stdout:
+        for line in stdout:
             stdout_lines.append(line)
             if echo:
                 print(line, end="", flush=True)

@@ -48,7 +48,9 @@ def test_other_installers_use_requirements_txt_and_pin_nothing_else():
     assert binder[0] == "-r ../requirements.txt"
     # Binder-only extras (its base environment's notebook must match our jupyterlab) are exact pins
     # and never override a pin of requirements.txt; tools/check_binder.py checks the full build
-    extras = {PIN.match(line)[1].lower() for line in binder[1:]}
+    matches = [PIN.match(line) for line in binder[1:]]
+    assert all(matches), f"Binder-only extras must be exact pins: {binder[1:]}"
+    extras = {match[1].lower() for match in matches if match}
     assert not extras & set(pins(REPO / "requirements.txt"))
     post_build = (REPO / "binder" / "postBuild").read_text()
     assert "pip install --no-deps -r requirements-d2l.txt" in post_build

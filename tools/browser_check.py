@@ -123,6 +123,9 @@ def stop(lab: subprocess.Popen, port: int) -> list[str]:
     for pid in family[1:]:  # kernels live in their own session: end them if the server did not
         try:
             process = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            continue
+        try:
             process.terminate()
             process.wait(timeout=10)
         except psutil.NoSuchProcess:
@@ -169,14 +172,14 @@ def check(opts: argparse.Namespace, workdir: Path) -> None:
 
         url = f"http://127.0.0.1:{port}/lab/tree/{opts.notebook}?token={token}"
         size = f"--window-size={opts.window_size}"
-        budget, missing = opts.budget, ["not tried"]
-        for attempt in range(1, opts.attempts + 1):
+        budget, attempt = opts.budget, 1
+        while True:  # at least one attempt
             dom = chromium(browser, url, [size, f"--virtual-time-budget={budget}", "--dump-dom"], opts.timeout)
             missing = rendered(dom.stdout, expected)
-            if not missing or attempt == opts.attempts:
+            if not missing or attempt >= opts.attempts:
                 break
             print(f"..  after a {budget} ms budget the DOM lacks {', '.join(missing)}; retrying", flush=True)
-            budget *= 2
+            budget, attempt = budget * 2, attempt + 1
         if missing:
             raise CheckFailed(f"the notebook did not render: the DOM lacks {', '.join(missing)}")
         outputs = dom.stdout.count("jp-OutputArea-output")
@@ -203,7 +206,7 @@ def check(opts: argparse.Namespace, workdir: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--notebook", default="01_devices.ipynb", help="chapter notebook under notebooks/")
     parser.add_argument("--expect", help="text known to be in the notebook's stored outputs")
     parser.add_argument("--output", type=Path, default=REPO / "build" / "browser-check.png", help="screenshot")

@@ -181,7 +181,7 @@ def check_python(log: str, steps: list[tuple[str, str, str, str]]) -> str | None
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--no-resolve", action="store_true", help="skip the pip dry-run (needs PyPI)")
     opts = parser.parse_args()
 
