@@ -50,6 +50,7 @@ lab: env
 
 lint: env
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
+	$(BIN)/python tools/typecheck.py
 
 unit: env
 	$(BIN)/python -m pytest tests -q

@@ -1,0 +1,83 @@
+"""tools/typecheck.py: a misspelt torch.cuda name in a GPU-only cell, which CI never runs, fails the check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools import typecheck
+
+REPO = Path(__file__).resolve().parent.parent
+# a chapter with a cell that runs only on a CUDA GPU and calls torch.cuda.synchronize()
+CHAPTER = REPO / "notebooks" / "03_copying.ipynb"
+CALL, TYPO = "torch.cuda.synchronize()", "torch.cuda.synchronise()"
+
+
+def guarded_cell(notebook) -> int:
+    """Return the index of the first cell that calls CALL behind d2l_ext.needs_gpus."""
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code" and "d2l_ext.needs_gpus(" in cell.source and CALL in cell.source:
+            return index
+    raise AssertionError(f"{CHAPTER.name} has no guarded cell calling {CALL}")
+
+
+def check(path: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "tools" / "typecheck.py"), str(path), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["unchanged", "misspelt"])
+def test_a_misspelt_name_in_a_guarded_cell_fails_and_is_located(tmp_path, planted):
+    notebook = nbformat.read(CHAPTER, as_version=4)
+    index = guarded_cell(notebook)
+    cell = notebook.cells[index]
+    line = next(n for n, text in enumerate(cell.source.splitlines(), start=1) if CALL in text)
+    if planted:
+        cell.source = cell.source.replace(CALL, TYPO, 1)
+    copy = tmp_path / CHAPTER.name
+    nbformat.write(notebook, copy)
+    result = check(copy, tmp_path / "out")
+    if not planted:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert ", 0 errors," in result.stdout
+        return
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{copy} cell {index} line {line}: error: " in result.stdout, result.stdout
+    assert '"synchronise" is not a known attribute of module "torch.cuda"' in result.stdout
+    assert [ln for ln in result.stdout.splitlines() if ": error: " in ln and f" cell {index} " not in ln] == []
+
+
+def test_ipython_syntax_becomes_python_line_for_line():
+    source = "import os\n!ls -l {os.sep}\nfiles = !ls\n%pip install --quiet x\nif True:\n    %cd /tmp\n"
+    lines = typecheck.cell_to_python(source)
+    assert lines == [
+        "import os",
+        "get_ipython().system('ls -l {os.sep}')",
+        "files = get_ipython().getoutput('ls')",
+        "get_ipython().run_line_magic('pip', 'install --quiet x')",
+        "if True:",
+        "    get_ipython().run_line_magic('cd', '/tmp')",
+    ]
+    timed = typecheck.cell_to_python("%%time\nx = 1\n")
+    assert timed == ["pass  # %%time", "x = 1"]  # the body is Python and stays checked
+    shell = typecheck.cell_to_python("%%bash\necho hi\n")
+    assert shell[0].startswith("get_ipython().run_cell_magic('bash', '', ") and shell[1] == "# echo hi"
+
+
+def test_each_line_maps_back_to_its_cell(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("x = 1\ny = 2"),
+        nbformat.v4.new_markdown_cell("text"),
+        nbformat.v4.new_code_cell("!echo\nz = x + y"),
+    ])
+    path = tmp_path / "n.ipynb"
+    nbformat.write(notebook, path)
+    converted = typecheck.convert(path)
+    lines = converted.text.splitlines()
+    assert {lines[i]: where for i, where in converted.lines.items()} == {
+        "x = 1": (1, 1), "y = 2": (1, 2), "get_ipython().system('echo')": (3, 1), "z = x + y": (3, 2)}
