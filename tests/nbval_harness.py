@@ -31,9 +31,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard
 
 import pytest
 from pytest_doctestplus.output_checker import FLOAT_CMP, OutputChecker
+
+if TYPE_CHECKING:
+    from nbval.plugin import IPyNbCell
 
 DEVICE_DEPENDENT_TAG = "device-dependent"
 BUILD_DEPENDENT_TAG = "build-dependent"
@@ -218,7 +222,7 @@ class NotCollected(pytest.Item):
         return self.notebook, None, f"not collected: {self.notebook.name}"
 
 
-def _is_nbval_cell(item: pytest.Item) -> bool:
+def _is_nbval_cell(item: pytest.Item) -> TypeGuard[IPyNbCell]:
     return type(item).__name__ == "IPyNbCell"
 
 
@@ -254,7 +258,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("no_stored_run"):
+    if _is_nbval_cell(item) and item.get_closest_marker("no_stored_run"):
         pytest.fail(
             f"{item.path.name} cell {item.cell_num} has no stored run (execution_count is null), so its "
             "output cannot be compared: run `make outputs` and commit the notebook",

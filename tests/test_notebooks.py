@@ -20,7 +20,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 ALL = notebooks_under(NOTEBOOKS)
 CHAPTERS = [p for p in ALL if p.parent == NOTEBOOKS]
 REQUIREMENTS = (NOTEBOOKS.parent / "requirements.txt").read_text()
-PINNED_TORCH = re.search(r"^torch==(\S+)$", REQUIREMENTS, flags=re.M).group(1)
+PINNED_TORCH = re.findall(r"^torch==(\S+)$", REQUIREMENTS, flags=re.M)[0]
 
 
 def ids(paths):

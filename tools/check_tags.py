@@ -77,7 +77,7 @@ def untagged_changes(mode: str, targets: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--mode", choices=sorted(TAG_FOR), action="append")
     parser.add_argument("targets", nargs="*", default=["notebooks"])
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from jupyter_client.manager import KernelManager
@@ -98,7 +99,8 @@ def _keep_stored_within_tolerance(notebook: nbformat.NotebookNode, stored: list)
 def _peak_memory(kernel: KernelManager) -> int | None:
     """Return the kernel process's peak resident memory (VmHWM) in bytes, where /proc tells it."""
     try:
-        status = Path(f"/proc/{kernel.provisioner.process.pid}/status").read_text()
+        process: Any = getattr(kernel.provisioner, "process", None)  # a local kernel's Popen (None: AttributeError)
+        status = Path(f"/proc/{process.pid}/status").read_text()
     except (AttributeError, OSError):
         return None
     for line in status.splitlines():

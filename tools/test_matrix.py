@@ -110,7 +110,7 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--only", help="comma-separated variant names (or unique prefixes)")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))

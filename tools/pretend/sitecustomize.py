@@ -15,13 +15,14 @@ MODE = os.environ.get("D2L_EXT_PRETEND", "")
 
 if MODE:
     import torch
+    from torch.torch_version import TorchVersion
 
     if MODE == "cpu-build":
 
         def _not_compiled(*args, **kwargs):
             raise AssertionError("Torch not compiled with CUDA enabled")
 
-        torch.__version__ = torch.torch_version.TorchVersion(torch.__version__.split("+")[0] + "+cpu")
+        torch.__version__ = TorchVersion(torch.__version__.split("+")[0] + "+cpu")
         torch.version.cuda = None
         torch.backends.cuda.is_built = lambda: False
         torch.cuda._lazy_init = _not_compiled
