@@ -67,18 +67,29 @@ def counts(output: str) -> tuple[int, int]:
     return found.get("passed", 0), found.get("failed", 0) + found.get("error", 0) + found.get("errors", 0)
 
 
+def find_python(name: str) -> str | None:
+    """Return a working interpreter called ``name`` (e.g. python3.10): on PATH, or among pyenv's versions."""
+    candidates = [shutil.which(name)]  # a pyenv shim is on PATH even when its version is not selected
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{name.removeprefix('python')}*/bin/{name}"))
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "import sys"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
 def run_variant(variant: Variant, log_folder: Path) -> Result:
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
     environment = {**os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log), **variant.environment}
     arguments = []
     if variant.python:
-        if shutil.which(variant.python) is None:
-            result.note = f"{variant.python} not found on PATH"
+        python = find_python(variant.python)
+        if python is None:
+            result.note = f"{variant.python} not found (on PATH, or under pyenv's versions): install it"
             result.failed = 1
             return result
-        venv = f".venv-{variant.python}"
-        arguments = [f"PYTHON={variant.python}", f"VENV={venv}"]
+        arguments = [f"PYTHON={python}", f"VENV=.venv-{variant.python}"]
     else:
         arguments = ["NUMERIC_ENV=PYTHONHASHSEED=0"]  # drop the MKL and oneDNN pins
     start = time.perf_counter()
