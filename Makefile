@@ -17,7 +17,7 @@ NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.c
 # The harness compares numbers within a tolerance, so a machine without these pins passes too (the matrix shows it).
 NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags run-twice doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags run-twice gpu-check doctor colab binder-check browser-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
@@ -26,6 +26,7 @@ help:
 	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
+	@echo "make gpu-check      on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
 	@echo "make colab    rewrite Colab badges and setup cells from the address in tools/colab.py"
 	@echo "make binder-check   check Binder's generated build against this Makefile (repo2docker, no Docker)"
@@ -79,6 +80,10 @@ test-matrix: env
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
 check-tags: env
 	$(BIN)/python tools/check_tags.py
+
+# On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
+gpu-check: env
+	$(BIN)/python tools/gpu_check.py
 
 # Run All twice in one kernel: the second run prints the stored outputs too
 run-twice: env
