@@ -2,14 +2,16 @@
 
 from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .guard import needs_gpus
-from .launch import LaunchError, device_and_backend, rank_device_and_backend, torchrun
+from .launch import LaunchError, device_and_backend, processes_to_start, rank_device_and_backend, torchrun
 from .memory import memory_report, memory_table
+from .precision import autocast_dtype, needs_grad_scaler
 from .timing import bandwidth, measure, measure_copy, synchronize
 from .training import synthetic_classification
 
 __all__ = [
     "LaunchError",
     "accelerator_type",
+    "autocast_dtype",
     "bandwidth",
     "cpu",
     "device_and_backend",
@@ -18,8 +20,10 @@ __all__ = [
     "measure_copy",
     "memory_report",
     "memory_table",
+    "needs_grad_scaler",
     "needs_gpus",
     "num_gpus",
+    "processes_to_start",
     "rank_device_and_backend",
     "synchronize",
     "synthetic_classification",

@@ -49,6 +49,15 @@ def device_and_backend(local_rank: int, local_world_size: int, cuda_devices: int
     return torch.device("cpu"), "gloo"
 
 
+def processes_to_start(cuda_devices: int | None = None) -> int:
+    """Return how many DDP processes to start on this machine: one per CUDA GPU, or two CPU processes without one."""
+    if cuda_devices is None:
+        cuda_devices = torch.cuda.device_count()
+    # an Apple or Intel GPU counts as none: NCCL is CUDA's, and gloo cannot all-reduce MPS tensors, so DDP runs
+    # on the CPU there, as two processes to show the communication
+    return cuda_devices or 2
+
+
 def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
     """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
     nccl = dist.is_available() and dist.is_nccl_available()

@@ -2,7 +2,9 @@
 
 ``torch.utils.benchmark.Timer`` already does the hard parts: it synchronizes the accelerator around each
 measurement (so asynchronous GPU work is counted; d2l's ``Timer`` and ``Benchmark`` do not), sets the
-thread count, and repeats until the estimate is stable. ``measure`` adds a warm-up call;
+thread count, and repeats the statement in blocks for at least ``min_run_time`` seconds
+(``blocked_autorange``; ``adaptive_autorange`` is the variant that runs until the estimate is stable).
+``measure`` adds a warm-up call;
 ``measure_copy`` times a copy between two devices and ``bandwidth`` turns a time into bytes per second.
 """
 

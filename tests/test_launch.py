@@ -105,3 +105,14 @@ def test_without_nccl_gpus_are_not_used(monkeypatch):
 def test_a_rank_outside_the_local_world_is_an_error():
     with pytest.raises(ValueError, match="local rank 2"):
         launch.device_and_backend(2, 2, 4, True)
+
+
+@pytest.mark.parametrize(("cuda_devices", "processes"), [(0, 2), (1, 1), (2, 2), (8, 8)])
+def test_processes_to_start(monkeypatch, cuda_devices, processes):
+    assert launch.processes_to_start(cuda_devices) == processes
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda_devices)  # an Apple GPU reports 0 CUDA devices
+    assert launch.processes_to_start() == processes
+    # each of those processes gets a device and a backend: its own GPU over NCCL, or the CPU over gloo
+    expected = "nccl" if cuda_devices else "gloo"
+    backends = {launch.device_and_backend(rank, processes, cuda_devices, True)[1] for rank in range(processes)}
+    assert backends == {expected}

@@ -1,0 +1,28 @@
+"""Mixed precision on any device: which 16-bit type to autocast to, and whether it needs a GradScaler.
+
+``torch.autocast`` takes the dtype from the caller and does not choose one. bfloat16 has float32's range,
+so it trains without a ``GradScaler``, but only some hardware computes it natively: the CPU runs it
+everywhere (emulated on CPUs without bfloat16 instructions), NVIDIA GPUs from Ampere (compute capability
+8.0) on, AMD GPUs with ROCm, and Apple GPUs from macOS 14 on. Elsewhere float16 it is, with a scaler.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """Return the 16-bit dtype to autocast to on ``device_type``: bfloat16 where it runs natively, else float16."""
+    if device_type == "cuda":
+        # without including_emulation=False a T4 (compute capability 7.5) answers True: it can store bfloat16,
+        # but has no bfloat16 Tensor Cores, so float16 is the fast type there
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+    if device_type == "mps":
+        # MPS runs bfloat16 from macOS 14 on; on older systems autocast would warn and switch itself off
+        return torch.bfloat16 if torch.backends.mps.is_macos_or_newer(14, 0) else torch.float16
+    return torch.bfloat16  # the CPU's autocast type; XPU and others support it too
+
+
+def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
+    """Return True if training under autocast to ``dtype`` needs a GradScaler (float16: small gradients vanish)."""
+    return dtype == torch.float16
