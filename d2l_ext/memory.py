@@ -3,7 +3,8 @@
 On a GPU, PyTorch's caching allocator keeps four counters: bytes *allocated* to live tensors, bytes
 *reserved* from the driver (live tensors plus the cache the allocator keeps for reuse), and the peak of
 each since the last reset. The CPU has no such allocator (freed tensors go straight back to the C
-library), so for the CPU the report gives the process's resident memory instead.
+library), so for the CPU the report gives the process's resident memory instead. Apple's MPS keeps no
+peaks: its report holds the bytes allocated to tensors and the bytes the Metal driver holds for the process.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ import torch
 
 from .devices import try_gpu
 
+# device types whose allocator torch.accelerator's memory functions read; on MPS they raise an internal
+# assert in some torch versions (pytorch#186430), so MPS is read through torch.mps instead
+_ACCELERATOR_MEMORY_TYPES = ("cuda", "xpu")
+
 
 def _memory_module(device: torch.device):
-    """Return the module with the allocator's counters: torch.accelerator (torch >= 2.9) or torch.cuda."""
+    """Return the module with the allocator's counters: torch.accelerator (torch >= 2.9) or torch.cuda/xpu."""
     accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "memory_allocated"):
+    if (device.type in _ACCELERATOR_MEMORY_TYPES and accelerator is not None
+            and hasattr(accelerator, "memory_allocated")):
         return accelerator
-    return torch.cuda
+    return torch.get_device_module(device)
 
 
 def memory_report(device: torch.device | str | None = None) -> dict[str, int]:
@@ -27,13 +33,15 @@ def memory_report(device: torch.device | str | None = None) -> dict[str, int]:
     device = torch.device(device) if device is not None else try_gpu()
     if device.type in ("cpu", "meta"):
         return {"process resident": psutil.Process().memory_info().rss}
+    if device.type == "mps":
+        return {"allocated": torch.mps.current_allocated_memory(), "reserved": torch.mps.driver_allocated_memory()}
     module = _memory_module(device)
     if device.index is not None:
         index = device.index
-    elif module is torch.cuda:
-        index = torch.cuda.current_device()  # torch.cuda has no current_device_index()
-    else:
+    elif module is torch.accelerator:
         index = module.current_device_index()
+    else:
+        index = module.current_device()  # torch.cuda and torch.xpu have no current_device_index()
     return {
         "allocated": module.memory_allocated(index),
         "reserved": module.memory_reserved(index),

@@ -44,6 +44,21 @@ def test_torch_without_accelerator_counters_falls_back_to_torch_cuda(monkeypatch
     assert asked[-4:] == [1, 1, 1, 1]
 
 
+def test_mps_report_never_asks_torch_accelerator(monkeypatch):
+    """torch.accelerator's memory functions raise on MPS in some versions: torch.mps's counters are read."""
+    def refuse(index=None):
+        raise RuntimeError("Allocator for mps is not a DeviceAllocator")
+
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        monkeypatch.setattr(torch.accelerator, name, refuse)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 11)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 22)
+    assert memory.memory_report("mps") == {"allocated": 11, "reserved": 22}
+    assert memory.memory_report("mps:0") == {"allocated": 11, "reserved": 22}
+    assert memory._memory_module(torch.device("cuda")) is torch.accelerator
+    assert memory._memory_module(torch.device("mps")) is torch.mps
+
+
 def test_table_is_aligned_in_mib():
     rows = [("start", {"allocated": 0, "reserved": 0}),
             ("after allocating", {"allocated": 256 * 2**20, "reserved": 256 * 2**20})]
