@@ -156,6 +156,13 @@ def align_with_stored(fresh: Sequence[dict], stored: Sequence[dict], sanitize: C
 def outputs_match(fresh: Sequence[dict], stored: Sequence[dict], sanitize: Callable[[str], str],
                   tolerance: Tolerance) -> bool:
     """Return whether nbval would find ``fresh`` equal to ``stored`` with this harness (for tools outside pytest)."""
+    from nbformat import from_dict
+    from nbval.plugin import coalesce_streams  # as nbval does: a stream may arrive in more or fewer pieces
+
+    def coalesced(outputs: Sequence[dict]) -> list:
+        return coalesce_streams([from_dict(copy.deepcopy(dict(output))) for output in outputs])
+
+    fresh, stored = coalesced(fresh), coalesced(stored)
 
     def compared(outputs: Sequence[dict]) -> dict[tuple, list[str]]:
         texts: dict[tuple, list[str]] = {}

@@ -22,6 +22,7 @@ from tests.nbval_harness import (
     NumberChecker,
     Tolerance,
     align_with_stored,
+    outputs_match,
     tolerance_for,
     torch_build,
 )
@@ -235,3 +236,13 @@ def test_a_notebook_left_out_fails_the_run(tmp_path):
     assert "left_out.ipynb is under a folder given to pytest but was not collected" in output
     code, output = run_nbval(tmp_path)  # and with nothing left out, the same folder passes
     assert code == 0, output[-3000:]
+
+
+def test_outputs_match_as_nbval_compares():
+    stored = [new_output("stream", name="stdout", text="on the device:\n"),
+              new_output("stream", name="stdout", text="loss 0.4892\n")]
+    in_one_piece = [new_output("stream", name="stdout", text="on the device:\nloss 0.4897\n")]
+    assert outputs_match(in_one_piece, stored, lambda text: text, DEFAULT_TOLERANCE)  # pieces and drift
+    other = [new_output("stream", name="stdout", text="on the host:\nloss 0.4892\n")]
+    assert not outputs_match(other, stored, lambda text: text, DEFAULT_TOLERANCE)
+    assert not outputs_match([], stored, lambda text: text, DEFAULT_TOLERANCE)

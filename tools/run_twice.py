@@ -51,8 +51,15 @@ def second_run_differences(path: Path) -> list[str]:
             continue
         if not outputs_match(cell.outputs, old or [], _sanitize, tolerance_for(cell.metadata)):
             first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
-            differences.append(f"{path} code cell {code_index}: {first_line}")
+            differences.append(f"{path} code cell {code_index}: {first_line}\n"
+                               f"    stored:     {_shown(old or [])!r}\n    second run: {_shown(cell.outputs)!r}")
     return differences
+
+
+def _shown(outputs: list) -> str:
+    """Return the text of a cell's outputs, sanitized, as much as a report line shows."""
+    texts = [o.get("text") or o.get("evalue") or o.get("data", {}).get("text/plain", "") for o in outputs]
+    return _sanitize("".join(texts))[:240]
 
 
 def main(args: list[str]) -> int:
