@@ -27,21 +27,23 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import pytest  # this module is also a pytest plugin, loaded with -p by untagged_changes
 
 REPO = Path(__file__).resolve().parent.parent
 TAG_FOR = {"cpu-build": "build-dependent", "gpu": "device-dependent"}
 RESULTS_VARIABLE = "D2L_EXT_CHECK_TAGS_RESULTS"
 
 
-def pytest_runtest_logreport(report) -> None:
-    """pytest hook (this module is loaded with -p): record each failed notebook cell and how it failed."""
-    if report.when != "call" or not report.failed or "::Cell " not in report.nodeid:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """pytest hook, in the process that ran the cell: record each failed notebook cell and how it failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or type(item).__name__ != "IPyNbCell":
         return
-    path, cell = report.nodeid.split("::Cell ")
-    text = str(report.longrepr)
-    how = "output" if "Cell outputs differ" in text else "exception"
+    how = "output" if "Cell outputs differ" in str(report.longrepr) else "exception"
     with open(os.environ[RESULTS_VARIABLE], "a", encoding="utf-8") as file:
-        file.write(json.dumps({"notebook": path, "cell": int(cell), "how": how}) + "\n")
+        file.write(json.dumps({"notebook": str(item.path), "cell": item.cell_num, "how": how}) + "\n")
 
 
 def code_cells(path: Path) -> list:
@@ -54,7 +56,8 @@ def untagged_changes(mode: str, targets: list[str]) -> list[str]:
     environment = {**os.environ, "D2L_EXT_PRETEND": mode, RESULTS_VARIABLE: str(results),
                    "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
     command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-               "tests/sanitize.cfg", "-p", "tools.check_tags", "-n", "2", "--dist", "loadfile", "-q", *targets]
+               "tests/sanitize.cfg", "-p", "tests.nbval_harness", "-p", "tools.check_tags", "-p", "no:cacheprovider",
+               "-n", "2", "--dist", "loadfile", "-q", *targets]
     subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
     failures: dict[str, dict[int, str]] = {}  # notebook -> code cell -> "output" or "exception"
     for line in results.read_text().splitlines():  # with xdist a report may arrive twice
@@ -65,14 +68,15 @@ def untagged_changes(mode: str, targets: list[str]) -> list[str]:
     for notebook, cells in sorted(failures.items()):
         first_exception = min((i for i, how in cells.items() if how == "exception"), default=None)
         for index, how in sorted(cells.items()):
-            cell = code_cells(REPO / notebook)[index]
+            cell = code_cells(Path(notebook))[index]
             tags = cell.metadata.get("tags", [])
             if TAG_FOR[mode] in tags or "nbval-ignore-output" in tags:
                 continue
             if mode == "gpu" and (how != "output" or (first_exception is not None and index > first_exception)):
                 continue
             first_line = cell.source.strip().splitlines()[0][:70]
-            listed.append(f"{notebook} code cell {index} ({how} changed): {first_line}")
+            shown = Path(notebook).relative_to(REPO) if Path(notebook).is_relative_to(REPO) else notebook
+            listed.append(f"{shown} code cell {index} ({how} changed): {first_line}")
     return listed
 
 

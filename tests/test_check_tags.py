@@ -1,0 +1,26 @@
+"""tools/check_tags.py finds an untagged output that depends on the torch build, and spares a tagged one."""
+
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from tools import check_tags
+
+
+def test_an_untagged_build_dependent_output_is_listed(tmp_path):
+    def printing_the_cuda_version(tags):
+        cell = new_code_cell("import torch\nprint(torch.version.cuda)", execution_count=1,
+                             outputs=[new_output("stream", name="stdout", text=f"{torch_cuda}\n")])
+        cell.metadata["tags"] = tags
+        return cell
+
+    import torch
+
+    torch_cuda = torch.version.cuda  # what this build prints; a CPU-only build prints None
+    for name, tags in (("untagged", []), ("tagged", ["build-dependent"])):
+        notebook = new_notebook(cells=[printing_the_cuda_version(tags)])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(notebook, tmp_path / f"{name}.ipynb")
+    listed = check_tags.untagged_changes("cpu-build", [str(tmp_path)])
+    assert len(listed) == 1 and "untagged.ipynb code cell 0 (output changed)" in listed[0], listed
