@@ -6,16 +6,20 @@ from .launch import LaunchError, device_and_backend, processes_to_start, rank_de
 from .memory import memory_report, memory_table
 from .precision import autocast_dtype, needs_grad_scaler
 from .timing import bandwidth, measure, measure_copy, synchronize
+from .trace import TraceEvent, busy_fraction, lanes, plot_timeline, read_chrome_trace
 from .training import synthetic_classification
 
 __all__ = [
     "LaunchError",
+    "TraceEvent",
     "accelerator_type",
     "autocast_dtype",
     "bandwidth",
+    "busy_fraction",
     "cpu",
     "device_and_backend",
     "gpu",
+    "lanes",
     "measure",
     "measure_copy",
     "memory_report",
@@ -23,8 +27,10 @@ __all__ = [
     "needs_grad_scaler",
     "needs_gpus",
     "num_gpus",
+    "plot_timeline",
     "processes_to_start",
     "rank_device_and_backend",
+    "read_chrome_trace",
     "synchronize",
     "synthetic_classification",
     "torchrun",
