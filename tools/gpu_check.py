@@ -159,11 +159,11 @@ def figures() -> list[str]:
 
     x = torch.randn(4096, 4096, device=device)
     d2l_ext.synchronize(device)
-    x @ x  # warm-up: library set-up is not part of the measurement
+    _ = x @ x  # warm-up: library set-up is not part of the measurement
     d2l_ext.synchronize(device)
     start = time.perf_counter()
     for _ in range(10):
-        x @ x
+        _ = x @ x
     returned = time.perf_counter() - start
     d2l_ext.synchronize(device)
     finished = time.perf_counter() - start
