@@ -100,14 +100,20 @@ def tolerance_for(metadata: dict) -> Tolerance:
     return tolerance
 
 
+# what nbval leaves out of a comparison (IPyNbFile.skip_compare, without --nbdime): raster images are not compared
+NOT_COMPARED = {"output_type", "name", "metadata", "traceback", "execution_count", "transient", "prompt_number",
+                "image/png", "image/jpeg", "application/vnd.jupyter.widget-view+json"}
+
+
 def _compared_texts(output: dict) -> list[tuple[str | None, str]]:
     """Return the places in one output whose text nbval compares: (key under 'data' or None, key)."""
     places: list[tuple[str | None, str]] = []
     for key, value in output.items():
-        if key in ("output_type", "name", "metadata", "traceback", "execution_count", "transient"):
+        if key in NOT_COMPARED:
             continue
         if key == "data":
-            places += [("data", mime) for mime, text in value.items() if isinstance(text, str)]
+            places += [("data", mime) for mime, text in value.items()
+                       if isinstance(text, str) and mime not in NOT_COMPARED]
         elif isinstance(value, str):
             places.append((None, key))
     return places

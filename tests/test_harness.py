@@ -246,3 +246,12 @@ def test_outputs_match_as_nbval_compares():
     other = [new_output("stream", name="stdout", text="on the host:\nloss 0.4892\n")]
     assert not outputs_match(other, stored, lambda text: text, DEFAULT_TOLERANCE)
     assert not outputs_match([], stored, lambda text: text, DEFAULT_TOLERANCE)
+
+
+def test_outputs_match_leaves_raster_images_out_as_nbval_does():
+    figure = {"text/plain": "<Figure size 900x500 with 2 Axes>", "image/png": "iVBORw0KGgoAAAA"}
+    other_pixels = {**figure, "image/png": "iVBORw0KGgoBBBB"}
+    stored = [new_output("display_data", data=figure)]
+    assert outputs_match([new_output("display_data", data=other_pixels)], stored, str, DEFAULT_TOLERANCE)
+    other_size = {**figure, "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    assert not outputs_match([new_output("display_data", data=other_size)], stored, str, DEFAULT_TOLERANCE)
