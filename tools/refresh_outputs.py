@@ -74,7 +74,7 @@ def refresh(path: Path) -> int | None:
     notebook.metadata[BUILD_METADATA_KEY] = {"torch_build": torch_build()}
     nbformat.write(notebook, path)
     if kept:
-        print(f"  kept the stored output of {kept} cell(s) whose numbers moved within the tolerance", flush=True)
+        print(f"  kept the stored output of {kept} compared cell(s) matching the fresh one", flush=True)
     return peak
 
 
