@@ -29,13 +29,30 @@ class LaunchError(RuntimeError):
 
     def __init__(self, returncode: int, stdout: str, stderr: str):
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        errors = rank_errors(stderr)
         self.rank = failing_rank(stderr)
-        prefix = f"[rank{self.rank}]: "
-        errors = [line.removeprefix(prefix) for line in stderr.splitlines() if line.startswith(prefix)
-                  and re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line.removeprefix(prefix))]
+        # torchrun names the first failure it observed; when a rank dies, the others fail in their next collective
+        # within the same instant ("Connection closed by peer"), and torchrun may name one of them: name the rank
+        # whose own error it was
+        own = sorted(rank for rank, lines in errors.items() if not PEER_FAILURE.search(lines[-1]))
+        if own and (self.rank is None or self.rank not in own):
+            self.rank = own[0]
         where = f"rank {self.rank}" if self.rank is not None else "a process"
-        message = errors[-1] if errors else stderr.strip()[-1000:]
+        message = errors[self.rank][-1] if self.rank in errors else stderr.strip()[-1000:]
         super().__init__(f"{where} failed (torchrun exit code {returncode}): {message}")
+
+
+# what a rank prints when it fails because another rank died (gloo, NCCL)
+PEER_FAILURE = re.compile(r"closed by peer|reset by peer|Broken pipe|remote worker crash|communicator was aborted",
+                          flags=re.I)
+
+
+def rank_errors(stderr: str) -> dict[int, list[str]]:
+    """Return, for each rank, the error lines (``SomethingError: ...``) it printed under torchrun's ``[rankN]:``."""
+    errors: dict[int, list[str]] = {}
+    for match in re.finditer(r"^\[rank(\d+)\]: ([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$", stderr, flags=re.M):
+        errors.setdefault(int(match[1]), []).append(match[2])
+    return errors
 
 
 def device_and_backend(local_rank: int, local_world_size: int, cuda_devices: int,

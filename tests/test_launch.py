@@ -116,3 +116,25 @@ def test_processes_to_start(monkeypatch, cuda_devices, processes):
     expected = "nccl" if cuda_devices else "gloo"
     backends = {launch.device_and_backend(rank, processes, cuda_devices, True)[1] for rank in range(processes)}
     assert backends == {expected}
+
+
+ROOT_CAUSE_IS_A_PEER = """\
+[rank1]: Traceback (most recent call last):
+[rank1]: RuntimeError: rank 1 fails on purpose after epoch 1
+[rank0]: Traceback (most recent call last):
+[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:398.
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_05:20:01
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+"""
+
+
+def test_the_rank_whose_own_error_it_was_is_named_not_a_peer_that_lost_it():
+    # torchrun named rank 0, which failed only because rank 1 had died: the error names rank 1 and its message
+    error = launch.LaunchError(1, "", ROOT_CAUSE_IS_A_PEER)
+    assert error.rank == 1
+    assert str(error) == "rank 1 failed (torchrun exit code 1): RuntimeError: rank 1 fails on purpose after epoch 1"
+    peers_only = ROOT_CAUSE_IS_A_PEER.replace("[rank1]: RuntimeError: rank 1 fails on purpose after epoch 1\n", "")
+    assert launch.LaunchError(1, "", peers_only).rank == 0  # no better candidate: torchrun's answer stands
