@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 import d2l_ext  # noqa: E402
 from d2l_ext import doctor  # noqa: E402
 from tests.nbval_harness import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for  # noqa: E402
-from tools.refresh_outputs import _sanitize, notebooks  # noqa: E402
+from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
 
 SKIP_PREFIX = "Skipped: this cell needs"
 # peak of one direction of a PCIe link, GB/s, by generation, for x16 (after line coding)
@@ -112,7 +112,7 @@ def run_notebook(path: Path) -> NotebookResult:
         guarded = "needs_gpus(" in cell.source
         status = "failed" if errored else "skipped" if guarded and text.startswith(SKIP_PREFIX) else "ran"
         differs = (DEVICE_DEPENDENT_TAG not in tags and compared_cell(cell) and bool(old)
-                   and not outputs_match(cell.outputs, old, _sanitize, tolerance_for(cell.metadata)))
+                   and not outputs_match(cell.outputs, old, sanitize, tolerance_for(cell.metadata)))
         if guarded or errored or differs:
             result.cells.append(CellResult(code_index, guarded, status, _seconds(cell), text, differs))
     return result

@@ -23,7 +23,7 @@ from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.nbval_harness import compared_cell, outputs_match, tolerance_for  # noqa: E402
-from tools.refresh_outputs import _sanitize, notebooks  # noqa: E402
+from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
 
 
 def second_run_differences(path: Path) -> list[str]:
@@ -49,7 +49,7 @@ def second_run_differences(path: Path) -> list[str]:
         code_index += 1
         if cell.execution_count is None or not compared_cell(cell):
             continue
-        if not outputs_match(cell.outputs, old or [], _sanitize, tolerance_for(cell.metadata)):
+        if not outputs_match(cell.outputs, old or [], sanitize, tolerance_for(cell.metadata)):
             first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
             differences.append(f"{path} code cell {code_index}: {first_line}\n"
                                f"    stored:     {_shown(old or [])!r}\n    second run: {_shown(cell.outputs)!r}")
@@ -59,7 +59,7 @@ def second_run_differences(path: Path) -> list[str]:
 def _shown(outputs: list) -> str:
     """Return the text of a cell's outputs, sanitized, as much as a report line shows."""
     texts = [o.get("text") or o.get("evalue") or o.get("data", {}).get("text/plain", "") for o in outputs]
-    return _sanitize("".join(texts))[:240]
+    return sanitize("".join(texts))[:240]
 
 
 def main(args: list[str]) -> int:
