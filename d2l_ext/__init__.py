@@ -4,13 +4,16 @@ from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .guard import needs_gpus
 from .launch import LaunchError, device_and_backend, processes_to_start, rank_device_and_backend, torchrun
 from .memory import memory_report, memory_table
-from .precision import autocast_dtype, needs_grad_scaler
+from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
+from .simqueue import SimulatedDevice
+from .simqueue import plot_timeline as plot_simulated_timeline
 from .timing import bandwidth, measure, measure_copy, synchronize
 from .trace import TraceEvent, busy_fraction, lanes, plot_timeline, read_chrome_trace
-from .training import synthetic_classification
+from .training import make_loader, make_net, synthetic_classification
 
 __all__ = [
     "LaunchError",
+    "SimulatedDevice",
     "TraceEvent",
     "accelerator_type",
     "autocast_dtype",
@@ -20,6 +23,8 @@ __all__ = [
     "device_and_backend",
     "gpu",
     "lanes",
+    "make_loader",
+    "make_net",
     "measure",
     "measure_copy",
     "memory_report",
@@ -27,10 +32,12 @@ __all__ = [
     "needs_grad_scaler",
     "needs_gpus",
     "num_gpus",
+    "plot_simulated_timeline",
     "plot_timeline",
     "processes_to_start",
     "rank_device_and_backend",
     "read_chrome_trace",
+    "saved_tensor_bytes",
     "synchronize",
     "synthetic_classification",
     "torchrun",

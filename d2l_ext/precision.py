@@ -4,9 +4,13 @@
 so it trains without a ``GradScaler``, but only some hardware computes it natively: the CPU runs it
 everywhere (emulated on CPUs without bfloat16 instructions), NVIDIA GPUs from Ampere (compute capability
 8.0) on, AMD GPUs with ROCm, and Apple GPUs from macOS 14 on. Elsewhere float16 it is, with a scaler.
+``saved_tensor_bytes`` measures what autocast saves in memory: the tensors autograd keeps for the backward
+pass, in float32 or in 16 bits.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -26,3 +30,33 @@ def autocast_dtype(device_type: str) -> torch.dtype:
 def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
     """Return True if training under autocast to ``dtype`` needs a GradScaler (float16: small gradients vanish)."""
     return dtype == torch.float16
+
+
+_VIEWS_AND_CASTS = {"TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0", "ToCopyBackward0"}
+
+
+def saved_tensor_bytes(forward: Callable[[], object]) -> dict[str, int]:
+    """Return the bytes autograd saves for backward while ``forward()`` runs: activations, and parameters."""
+    # Each storage counts once (ReLU's output is also the next layer's input). A parameter is a leaf that
+    # requires grad; a transposed view of it, or its 16-bit copy under autocast, counts with it.
+    saved: dict[int, tuple[str, int]] = {}
+
+    def is_parameter(tensor: torch.Tensor) -> bool:
+        grad_fn = tensor.grad_fn
+        while grad_fn is not None and type(grad_fn).__name__ in _VIEWS_AND_CASTS:
+            grad_fn = grad_fn.next_functions[0][0]
+        if grad_fn is None:
+            return tensor.is_leaf and tensor.requires_grad
+        return type(grad_fn).__name__ == "AccumulateGrad"
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = ("parameters" if is_parameter(tensor) else "activations", storage.nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    totals = {"activations": 0, "parameters": 0}
+    for kind, nbytes in saved.values():
+        totals[kind] += nbytes
+    return totals

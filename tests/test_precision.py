@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from torch import nn
 
-from d2l_ext import autocast_dtype, needs_grad_scaler
+from d2l_ext import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
 
 
 def test_cpu_autocasts_to_bfloat16():
@@ -37,3 +38,26 @@ def test_only_float16_needs_a_scaler():
     assert needs_grad_scaler(torch.float16)
     assert not needs_grad_scaler(torch.bfloat16)
     assert not needs_grad_scaler(None)  # no autocast
+
+
+def test_saved_tensor_bytes_counts_activations_and_parameters_once_each():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    X, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+
+    def forward(dtype=None):
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            return nn.functional.cross_entropy(net(X), y)
+
+    float32 = saved_tensor_bytes(forward)
+    # X (16x4), ReLU's output, also the 2nd layer's input (16x8, once), the log-softmax (16x3), the labels
+    # (16 int64) and the loss's total weight (a float32 scalar); the 2nd layer's weight (8x3) is a parameter
+    assert float32 == {"activations": 4 * (16 * 4 + 16 * 8 + 16 * 3) + 8 * 16 + 4, "parameters": 4 * 8 * 3}
+    bfloat16 = saved_tensor_bytes(lambda: forward(torch.bfloat16))
+    # the layers' inputs in 2 bytes, the loss's in float32; the 16-bit copy of the weight counts as a parameter
+    assert bfloat16 == {"activations": 2 * (16 * 4 + 16 * 8) + 4 * 16 * 3 + 8 * 16 + 4, "parameters": 2 * 8 * 3}
+
+
+def test_saved_tensor_bytes_is_zero_without_autograd():
+    with torch.no_grad():
+        assert saved_tensor_bytes(lambda: nn.Linear(4, 4)(torch.randn(2, 4))) == {"activations": 0, "parameters": 0}

@@ -1,9 +1,15 @@
-"""d2l_ext.training: the synthetic classification data is reproducible, balanced enough, and learnable."""
+"""d2l_ext.training: the synthetic data is reproducible and learnable; the model, loaders and d2l classes work."""
 
+import subprocess
+import sys
+
+import pytest
 import torch
 from torch import nn
+from torch.utils.data import TensorDataset
 
-from d2l_ext.training import synthetic_classification
+from d2l_ext import training
+from d2l_ext.training import make_loader, make_net, synthetic_classification
 
 
 def test_shapes_dtypes_and_label_range():
@@ -52,3 +58,56 @@ def test_an_mlp_beats_a_linear_model_on_held_out_data():
     linear = held_out_accuracy(nn.Linear(8, 3))
     mlp = held_out_accuracy(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 3)))
     assert mlp > 0.85 and mlp > linear + 0.1
+
+
+def test_make_net_maps_features_to_class_scores_and_follows_the_global_seed():
+    torch.manual_seed(0)
+    net = make_net()
+    assert net(torch.zeros(5, 32)).shape == (5, 10)
+    assert sum(p.numel() for p in net.parameters()) == 32 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+    torch.manual_seed(0)
+    assert torch.equal(make_net().state_dict()["0.weight"], net.state_dict()["0.weight"])
+    assert make_net(width=8, num_features=3, num_classes=2)(torch.zeros(1, 3)).shape == (1, 2)
+
+
+def test_make_loader_shuffles_reproducibly_for_training_only():
+    dataset = TensorDataset(torch.arange(300.0))
+
+    def first_batch(**kwargs):
+        return next(iter(make_loader(dataset, **kwargs)))[0]
+
+    assert len(make_loader(dataset, train=True)) == 3  # batches of 128: 128, 128, 44
+    assert torch.equal(first_batch(train=False), torch.arange(128.0))
+    assert torch.equal(first_batch(train=True), first_batch(train=True, seed=0))
+    assert not torch.equal(first_batch(train=True), first_batch(train=True, seed=1))
+    assert not torch.equal(first_batch(train=True), torch.arange(128.0))
+    assert len(first_batch(train=False, batch_size=50)) == 50
+
+
+def test_import_d2l_ext_does_not_import_d2l_but_the_d2l_style_classes_do():
+    code = ("import sys, d2l_ext; print('d2l' in sys.modules); "
+            "from d2l_ext.training import MLPClassifier; print('d2l' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_d2l_style_classes_train_with_d2l_trainer():
+    from d2l import torch as d2l
+
+    from d2l_ext.training import MLPClassifier, SyntheticClassificationData
+
+    features, labels = synthetic_classification(1024)
+    data = SyntheticClassificationData(features, labels, num_train=768, batch_size=128)
+    assert len(data.train_dataloader()) == 6 and len(data.val_dataloader()) == 2
+    torch.manual_seed(0)
+    model = MLPClassifier(lr=0.1)
+    assert isinstance(model, d2l.Classifier) and MLPClassifier.__qualname__ == "MLPClassifier"
+    model.board.display = False
+    before = model.net[0].weight.detach().clone()
+    d2l.Trainer(max_epochs=1).fit(model, data)
+    assert not torch.equal(model.net[0].weight, before)
+
+
+def test_unknown_attribute_raises_attribute_error():
+    with pytest.raises(AttributeError):
+        training.NoSuchThing  # noqa: B018
