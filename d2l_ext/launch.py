@@ -3,7 +3,8 @@
 ``torchrun`` starts one process per device, sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` for each,
 and lets them meet at a rendezvous address. From a notebook it must also be bounded in time, talk over
 127.0.0.1 only, clean up every process it started, and turn a failing rank into an error that shows
-that rank's message. ``torchrun`` does the first part; this module does the rest. Inside each launched
+that rank's message. ``torchrun`` does the first part; this module does the rest (``run_script`` does it
+for a script that starts its processes itself, with ``torch.multiprocessing.spawn``). Inside each launched
 process, ``rank_device_and_backend`` picks the rank's device and the process group's backend.
 """
 
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -27,7 +29,7 @@ import torch.distributed as dist
 class LaunchError(RuntimeError):
     """A launched run failed: its exit code, what it printed, and the failing rank's error."""
 
-    def __init__(self, returncode: int, stdout: str, stderr: str):
+    def __init__(self, returncode: int, stdout: str, stderr: str, launcher: str = "torchrun"):
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
         errors = rank_errors(stderr)
         self.rank = failing_rank(stderr)
@@ -39,7 +41,7 @@ class LaunchError(RuntimeError):
             self.rank = own[0]
         where = f"rank {self.rank}" if self.rank is not None else "a process"
         message = errors[self.rank][-1] if self.rank in errors else stderr.strip()[-1000:]
-        super().__init__(f"{where} failed (torchrun exit code {returncode}): {message}")
+        super().__init__(f"{where} failed ({launcher} exit code {returncode}): {message}")
 
 
 # what a rank prints when it fails because another rank died (gloo, NCCL)
@@ -107,10 +109,44 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
     Lines the processes print are echoed as they arrive (``echo``), so a long run shows its progress.
     The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
-    if sys.platform.startswith("linux"):
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo listens on the loopback interface only
-    command = torchrun_command(script, nproc, args or [], free_port())
+    return run_command(torchrun_command(script, nproc, args or [], free_port()), timeout=timeout, echo=echo)
+
+
+def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:
+    """Run a Python script that starts its own processes (``torch.multiprocessing.spawn``); return its stdout.
+
+    Bounded and cleaned up as ``torchrun`` is; a failure raises LaunchError with the script's error.
+    """
+    return run_command([sys.executable, str(script), *(args or [])], timeout=timeout, echo=echo,
+                       launcher=Path(script).name)
+
+
+def loopback_interface(platform: str | None = None) -> str | None:
+    """Return the name of the loopback network interface on ``platform`` (default: this one), if known."""
+    platform = platform or sys.platform
+    if platform.startswith("linux"):
+        return "lo"
+    if platform == "darwin":
+        return "lo0"  # macOS names it lo0
+    return None
+
+
+def launch_environment(environ: Mapping[str, str] | None = None, platform: str | None = None) -> dict[str, str]:
+    """Return the environment for launched processes: one thread each unless set, gloo on loopback only."""
+    env = {**(os.environ if environ is None else environ), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    interface = loopback_interface(platform)
+    if interface is not None:
+        env.setdefault("GLOO_SOCKET_IFNAME", interface)  # gloo listens on the loopback interface only
+    return env
+
+
+def run_command(command: list[str], timeout: float = 120, echo: bool = True, launcher: str = "torchrun") -> str:
+    """Run ``command`` in its own process group; return its stdout, or raise LaunchError (TimeoutError).
+
+    Lines it prints are echoed as they arrive (``echo``); all of it is killed after ``timeout`` seconds.
+    """
+    env = launch_environment()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)  # its own process group, so that all of it can be killed
     stdout, stderr = process.stdout, process.stderr
@@ -134,8 +170,8 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
         drain.join(timeout=10)
     if process.returncode != 0:
         if time.monotonic() - started >= timeout:
-            raise TimeoutError(f"torchrun did not finish within {timeout} s and was stopped")
-        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines))
+            raise TimeoutError(f"{launcher} did not finish within {timeout} s and was stopped")
+        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher)
     return "".join(stdout_lines)
 
 

@@ -9,8 +9,9 @@ from torch import nn
 
 
 def split_batch(X, y, devices):
-    """Return the minibatch (X, y) cut into len(devices) parts, part i on devices[i]."""
-    parts = zip(X.chunk(len(devices)), y.chunk(len(devices)), devices, strict=True)
+    """Return the minibatch (X, y) cut into len(devices) parts (empty ones if it is smaller), part i on devices[i]."""
+    # tensor_split always gives len(devices) parts; chunk gives fewer for a batch smaller than that
+    parts = zip(X.tensor_split(len(devices)), y.tensor_split(len(devices)), devices, strict=True)
     return [(Xi.to(device), yi.to(device)) for Xi, yi, device in parts]
 
 

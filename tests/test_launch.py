@@ -138,3 +138,24 @@ def test_the_rank_whose_own_error_it_was_is_named_not_a_peer_that_lost_it():
     assert str(error) == "rank 1 failed (torchrun exit code 1): RuntimeError: rank 1 fails on purpose after epoch 1"
     peers_only = ROOT_CAUSE_IS_A_PEER.replace("[rank1]: RuntimeError: rank 1 fails on purpose after epoch 1\n", "")
     assert launch.LaunchError(1, "", peers_only).rank == 0  # no better candidate: torchrun's answer stands
+
+
+@pytest.mark.parametrize(("platform", "interface"), [("linux", "lo"), ("darwin", "lo0"), ("win32", None)])
+def test_gloo_listens_on_the_loopback_interface_of_each_platform(platform, interface):
+    assert launch.loopback_interface(platform) == interface
+    env = launch.launch_environment({"PATH": "/bin"}, platform)
+    assert env.get("GLOO_SOCKET_IFNAME") == interface
+    assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == "/bin"
+    chosen = launch.launch_environment({"GLOO_SOCKET_IFNAME": "eth1", "OMP_NUM_THREADS": "4"}, platform)
+    assert chosen["GLOO_SOCKET_IFNAME"] == "eth1" and chosen["OMP_NUM_THREADS"] == "4"  # the user's choice stays
+
+
+def test_run_script_returns_its_output_or_raises_its_error(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import sys\nprint('argument', sys.argv[1], flush=True)\nif sys.argv[1] == 'fail':\n"
+                      "    raise ValueError('it fails on purpose')\n")
+    assert launch.run_script(script, ["ok"], echo=False) == "argument ok\n"
+    with pytest.raises(launch.LaunchError) as failure:
+        launch.run_script(script, ["fail"], echo=False)
+    assert failure.value.returncode == 1 and failure.value.stdout == "argument fail\n"
+    assert "(plain.py exit code 1)" in str(failure.value) and "ValueError: it fails on purpose" in str(failure.value)

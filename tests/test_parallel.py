@@ -59,3 +59,27 @@ def test_three_workers_equal_one_device():
         assert torch.allclose(p, q, atol=1e-6)
     trained, untrained = (parameters_to_vector(net.parameters()) for net in (single, initial))
     assert not torch.allclose(trained, untrained)  # and it did train
+
+
+def test_a_batch_smaller_than_the_workers_gives_empty_parts():
+    X, y = torch.arange(4.0).reshape(2, 2), torch.tensor([0, 1])
+    parts = parallel.split_batch(X, y, [torch.device("cpu")] * 3)
+    assert [len(yi) for _, yi in parts] == [1, 1, 0]
+    assert torch.equal(torch.cat([Xi for Xi, _ in parts]), X)
+
+
+def test_uneven_batches_still_equal_one_device():
+    torch.manual_seed(0)
+    single = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    devices = [torch.device("cpu")] * 4
+    replicas = [copy.deepcopy(single) for _ in devices]
+    optimizers = [torch.optim.SGD(r.parameters(), lr=0.5) for r in replicas]
+    optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
+    for size in (2, 7, 3):  # smaller than, not a multiple of, and close to the number of workers
+        X, y = torch.randn(size, 5), torch.randint(0, 3, (size,))
+        parallel.train_step(replicas, optimizers, X, y, devices)
+        nn.functional.cross_entropy(single(X), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for p, q in zip(replicas[3].parameters(), single.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)

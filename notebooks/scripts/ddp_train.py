@@ -3,8 +3,10 @@
 Run it with torchrun, which starts the processes and sets RANK, LOCAL_RANK and WORLD_SIZE:
 
     torchrun --nproc-per-node=2 scripts/ddp_train.py --epochs 5      # 2 processes on this machine
-    torchrun --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
-             --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 scripts/ddp_train.py   # on each of 2 machines
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-id=job1 \\
+             --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 scripts/ddp_train.py   # the same on each of 2 machines
+
+(with the c10d rendezvous, the machines' node ranks are assigned when they meet: no --node-rank).
 
 With a GPU for every process on the machine, each process drives one GPU over NCCL; otherwise (no GPU, or
 fewer GPUs than processes) each process is a CPU worker and they talk over gloo. The data is synthetic (made
@@ -58,7 +60,9 @@ def main() -> None:
     device, backend = rank_device_and_backend(local_rank, local_world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before anything touches the GPU: this process owns one
-    dist.init_process_group(backend)  # reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE set by torchrun
+    # reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE set by torchrun; device_id binds NCCL to this process's GPU
+    # at once (errors show here, not at the first collective)
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
     train(args, rank, world_size, device)
     # only after success: on an error, shutting NCCL down while the other ranks wait in a collective can
     # block (pytorch/pytorch#119215); the failing process just exits, and torchrun stops the others
@@ -74,7 +78,9 @@ def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.de
     train_set, test_set = synthetic_data(args.samples, seed=1), synthetic_data(2048, seed=2)
     # each process sees a different 1/world_size of every epoch; the global batch stays the same
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(train_set, batch_size=args.batch_size // world_size, sampler=sampler)
+    # pinned (page-locked) batches let the non_blocking copies below overlap with the GPU's work (chapter 5)
+    loader = DataLoader(train_set, batch_size=args.batch_size // world_size, sampler=sampler,
+                        pin_memory=device.type == "cuda")
     if rank == 0:
         print(f"{world_size} process(es), backend {dist.get_backend()}, device type {device.type}, "
               f"{len(loader)} steps of {args.batch_size // world_size} samples per process and epoch", flush=True)
