@@ -83,7 +83,8 @@ def chapter_needs(path: Path) -> list[tuple[str, int, str | None]]:
 
 def chapter_lines(notebooks: Path = NOTEBOOKS) -> list[str]:
     """Return the per-chapter report: which guarded sections run here and which skip, and why."""
-    chapters = sorted(notebooks.glob("[0-9][0-9]_*.ipynb")) if notebooks.is_dir() else []
+    # a chapter may go on in a second notebook: 05b_training_fast.ipynb
+    chapters = sorted(notebooks.glob("[0-9][0-9]*_*.ipynb")) if notebooks.is_dir() else []
     if not chapters:
         return [f"  (no chapters found in {notebooks})"]
     lines = []

@@ -50,8 +50,10 @@ def saved_tensor_bytes(forward: Callable[[], object]) -> dict[str, int]:
         return type(grad_fn).__name__ == "AccumulateGrad"
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = ("parameters" if is_parameter(tensor) else "activations", storage.nbytes())
+        # a view (a batch sliced from a larger tensor) counts its own bytes, not its whole storage's
+        key, nbytes = tensor.untyped_storage().data_ptr(), tensor.numel() * tensor.element_size()
+        kind = "parameters" if is_parameter(tensor) else "activations"
+        saved[key] = (kind, max(nbytes, saved.get(key, (kind, 0))[1]))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):

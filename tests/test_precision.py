@@ -58,6 +58,11 @@ def test_saved_tensor_bytes_counts_activations_and_parameters_once_each():
     assert bfloat16 == {"activations": 2 * (16 * 4 + 16 * 8) + 4 * 16 * 3 + 8 * 16 + 4, "parameters": 2 * 8 * 3}
 
 
+def test_saved_tensor_bytes_counts_a_view_by_its_own_size():
+    layer, inputs = nn.Linear(4, 2), torch.randn(100, 4)
+    assert saved_tensor_bytes(lambda: layer(inputs[:10]).sum())["activations"] == 10 * 4 * 4
+
+
 def test_saved_tensor_bytes_is_zero_without_autograd():
     with torch.no_grad():
         assert saved_tensor_bytes(lambda: nn.Linear(4, 4)(torch.randn(2, 4))) == {"activations": 0, "parameters": 0}
