@@ -84,9 +84,9 @@ def test_make_loader_shuffles_reproducibly_for_training_only():
     assert len(first_batch(train=False, batch_size=50)) == 50
 
 
-def test_import_d2l_ext_does_not_import_d2l_but_the_d2l_style_classes_do():
-    code = ("import sys, d2l_ext; print('d2l' in sys.modules); "
-            "from d2l_ext.training import MLPClassifier; print('d2l' in sys.modules)")
+def test_import_d2l_ext_does_not_import_d2l():
+    # d2l takes seconds to import: only the d2l-style classes import it, on first use
+    code = "import sys, d2l_ext; print('d2l' in sys.modules, 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.split() == ["False", "True"]
 
