@@ -14,6 +14,7 @@ gloo. Rank 0 prints what all ranks found, collected in rank order, so the output
 import argparse
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import TypeVar
 
@@ -225,7 +226,13 @@ def main() -> None:
     checkpoint(device, local_rank, args.checkpoint_dir)
     accumulation(device)
     sync_batchnorm(device)
+    dist.barrier()  # every rank is done with its collectives before any leaves
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown. Under load, the C++ runtime sometimes aborted a rank there, after
+    # everything was printed ("terminate called without an active exception": gloo's threads still being torn
+    # down), and torchrun reported the run as failed; ddp_spawn.py leaves the same way.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
