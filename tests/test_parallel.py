@@ -41,22 +41,32 @@ def test_allreduce_sums_in_place():
     assert all(torch.equal(t, torch.tensor([111.0, 222.0])) for t in tensors)
 
 
-def test_three_workers_equal_one_device():
-    torch.manual_seed(0)
-    X, y = torch.randn(96, 5), torch.randint(0, 3, (96,))
-    single = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
-    devices = [torch.device("cpu")] * 3
-    initial = copy.deepcopy(single)
+def train_both(single, workers, batches):
+    """Train ``single`` on one device and copies of it on ``workers`` CPU workers; return (single, a replica)."""
+    devices = [torch.device("cpu")] * workers
     replicas = [copy.deepcopy(single) for _ in devices]
     optimizers = [torch.optim.SGD(r.parameters(), lr=0.5) for r in replicas]
     optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
-    for Xb, yb in zip(X.split(24), y.split(24), strict=True):
+    for Xb, yb in batches:
         parallel.train_step(replicas, optimizers, Xb, yb, devices)
         nn.functional.cross_entropy(single(Xb), yb).backward()
         optimizer.step()
         optimizer.zero_grad()
-    for p, q in zip(replicas[2].parameters(), single.parameters(), strict=True):
+    return single, replicas[-1]
+
+
+def assert_same_parameters(a, b):
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_three_workers_equal_one_device():
+    torch.manual_seed(0)
+    X, y = torch.randn(96, 5), torch.randint(0, 3, (96,))
+    single = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    initial = copy.deepcopy(single)
+    single, replica = train_both(single, 3, zip(X.split(24), y.split(24), strict=True))
+    assert_same_parameters(replica, single)
     trained, untrained = (parameters_to_vector(net.parameters()) for net in (single, initial))
     assert not torch.allclose(trained, untrained)  # and it did train
 
@@ -71,15 +81,7 @@ def test_a_batch_smaller_than_the_workers_gives_empty_parts():
 def test_uneven_batches_still_equal_one_device():
     torch.manual_seed(0)
     single = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
-    devices = [torch.device("cpu")] * 4
-    replicas = [copy.deepcopy(single) for _ in devices]
-    optimizers = [torch.optim.SGD(r.parameters(), lr=0.5) for r in replicas]
-    optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
-    for size in (2, 7, 3):  # smaller than, not a multiple of, and close to the number of workers
-        X, y = torch.randn(size, 5), torch.randint(0, 3, (size,))
-        parallel.train_step(replicas, optimizers, X, y, devices)
-        nn.functional.cross_entropy(single(X), y).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    for p, q in zip(replicas[3].parameters(), single.parameters(), strict=True):
-        assert torch.allclose(p, q, atol=1e-6)
+    # smaller than, not a multiple of, and close to the number of workers
+    batches = [(torch.randn(size, 5), torch.randint(0, 3, (size,))) for size in (2, 7, 3)]
+    single, replica = train_both(single, 4, batches)
+    assert_same_parameters(replica, single)
