@@ -2,23 +2,26 @@
 
 A GPU call puts a kernel in the device's queue and returns; the device works through the queue while Python
 moves on, and reading a result on the host (``.item()``) or ``synchronize()`` waits for the queue. A CPU runs
-each operation inside the call, so none of this can be seen on a laptop. ``SimulatedDevice`` does it with
-threads: ``launch`` puts a "kernel" of known duration in an engine's queue and returns at once; a worker
-thread per engine runs the queue in order, each kernel a ``time.sleep`` (which releases the GIL, so the host
-thread keeps running meanwhile). Two engines, ``"compute"`` and ``"copy"``, run side by side as a GPU's compute
-units and its copy engine do; ``after=`` makes a kernel wait for work on another engine, as ``wait_event`` does
-across streams. Every launch, host work, wait and kernel is recorded with its start and end, so that
-``plot_timeline`` draws what happened. The durations are set by you: a simulation of the queue model, not a
-measurement of a GPU.
+each operation inside the call, so none of this can be seen on a laptop.
+
+``SimulatedDevice`` is a small discrete-event model of that queue, on a virtual clock:
+
+- the host has a clock; it moves only by what the host is given to do: ``host_work(seconds)``, and each
+  ``launch`` (``launch_seconds`` of host time);
+- each engine (``"compute"`` and ``"copy"``, as a GPU's compute units and its copy engine) starts a kernel when
+  the kernel has been issued, the engine is free, and the work it waits for (``after=``) is done;
+- ``.item()``, ``synchronize()`` and ``Event.synchronize()`` move the host's clock forward to the moment the
+  device has finished what they wait for; ``Event.query()`` and ``Event.elapsed_time()`` read the clock.
+
+Nothing sleeps and no thread runs: every duration, timeline and fact it gives is exact, the same on every
+machine and every run, however busy the machine is. It is a model with durations you choose, not a
+measurement of a GPU. Every launch, host work, wait and kernel is recorded, so that ``plot_timeline`` draws
+what happened.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,38 +32,54 @@ COLOURS = {"launch": "tab:blue", "host work": "tab:gray", "waiting": "white", "k
            "copy": "tab:green"}
 
 
+def _ns(seconds: float) -> int:
+    """Return ``seconds`` as whole nanoseconds: the clock counts integers, so sums and comparisons are exact."""
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative: {seconds}")
+    return round(seconds * 1e9)
+
+
 @dataclass(frozen=True)
 class Span:
-    """One recorded activity: its lane (host, compute, copy), kind, name, and start and end in seconds."""
+    """One recorded activity: its lane (host, compute, copy), kind, name, and start and end in nanoseconds."""
 
     lane: str
     kind: str
     name: str
-    start: float
-    end: float
+    start_ns: int
+    end_ns: int
+
+    @property
+    def start(self) -> float:
+        """Return when the span started, in seconds on the simulated clock."""
+        return self.start_ns / 1e9
+
+    @property
+    def end(self) -> float:
+        """Return when the span ended, in seconds on the simulated clock."""
+        return self.end_ns / 1e9
 
     @property
     def duration(self) -> float:
         """Return how long the span lasted, in seconds."""
-        return self.end - self.start
+        return (self.end_ns - self.start_ns) / 1e9
 
 
 class SimulatedTensor:
     """What ``launch`` returns: a result that exists once its kernel has run on the simulated device."""
 
-    def __init__(self, device: SimulatedDevice, name: str) -> None:
+    def __init__(self, device: SimulatedDevice, name: str, ready_ns: int, value: float) -> None:
         self.device, self.name = device, name
-        self._done = threading.Event()
-        self._value: float = 0.0
+        self._ready_ns = ready_ns  # when its kernel ends on the device
+        self._value = value
 
     def query(self) -> bool:
-        """Return whether the kernel has finished, without waiting (as ``torch.cuda.Event.query``)."""
-        return self._done.is_set()
+        """Return whether the kernel has finished by the host's clock, without waiting (as ``Event.query``)."""
+        return self.device._host_ns >= self._ready_ns
 
     def wait(self) -> None:
-        """Block the host until the kernel has finished, recording the wait on the host lane."""
-        with self.device._record("host", "waiting", f"waiting for {self.name}"):
-            self._done.wait()
+        """Move the host's clock to the end of the kernel, recording the wait on the host lane."""
+        self.device._wait_until(self._ready_ns, f"waiting for {self.name}")
 
     def item(self) -> float:
         """Return the kernel's value as a Python number, after waiting for it (as ``tensor.item()``)."""
@@ -69,131 +88,99 @@ class SimulatedTensor:
 
     def __add__(self, other: SimulatedTensor) -> SimulatedTensor:
         """Queue an addition on the device (a kernel that lasts ``device.add_seconds``) and return its result."""
-        return self.device.launch(self.device.add_seconds, "add", value=lambda: self._value + other._value,
+        return self.device.launch(self.device.add_seconds, "add", value=self._value + other._value,
                                   after=(self, other))
 
 
 class SimulatedEvent(SimulatedTensor):
-    """A mark in an engine's queue: it records the simulated device's clock when the engine reaches it."""
+    """A mark in an engine's queue: it records the simulated clock when the engine reaches it."""
 
     def elapsed_time(self, end: SimulatedEvent) -> float:
         """Return the device time from this event to ``end`` in milliseconds (as ``torch.cuda.Event``)."""
         if not (self.query() and end.query()):
             raise RuntimeError("an event has not been reached yet: synchronize() first")
-        return (end._value - self._value) * 1e3
+        return (end._ready_ns - self._ready_ns) / 1e6
 
     def synchronize(self) -> None:
         """Wait until the engine has reached this event."""
         self.wait()
 
 
-@dataclass
-class _Kernel:
-    result: SimulatedTensor
-    seconds: float
-    kind: str
-    value: float | Callable[[], float] | None
-    after: tuple[SimulatedTensor, ...]
-
-
 class SimulatedDevice:
-    """A pretend accelerator: one queue and worker thread per engine, kernels of known duration (see the module)."""
+    """A pretend accelerator on a virtual clock: a queue per engine, kernels of known duration (see the module)."""
 
     def __init__(self, launch_seconds: float = 0.0, add_seconds: float = 0.0) -> None:
         self.launch_seconds = launch_seconds  # host time a launch takes (a GPU's is some microseconds)
         self.add_seconds = add_seconds  # device time of the "add" kernel that ``a + b`` queues
-        self._origin = time.perf_counter()
+        self._host_ns = 0
+        self._free_ns = dict.fromkeys(ENGINES, 0)  # when each engine has finished what it was given
         self._spans: list[Span] = []
-        self._lock = threading.Lock()
-        self._queues: dict[str, queue.Queue[_Kernel | None]] = {engine: queue.Queue() for engine in ENGINES}
-        self._workers = [threading.Thread(target=self._work, args=(engine,), daemon=True, name=f"simulated {engine}")
-                         for engine in ENGINES]
-        for worker in self._workers:
-            worker.start()
 
     def now(self) -> float:
-        """Return the simulated device's clock: seconds since it was created (or since ``clear``)."""
-        return time.perf_counter() - self._origin
+        """Return the host's simulated clock: seconds since the device was created (or since ``clear``)."""
+        return self._host_ns / 1e9
 
-    @contextmanager
-    def _record(self, lane: str, kind: str, name: str) -> Iterator[None]:
-        start = self.now()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._spans.append(Span(lane, kind, name, start, self.now()))
+    def _record(self, lane: str, kind: str, name: str, start_ns: int, end_ns: int) -> None:
+        self._spans.append(Span(lane, kind, name, start_ns, end_ns))
 
-    def _work(self, engine: str) -> None:
-        work = self._queues[engine]
-        while (kernel := work.get()) is not None:
-            for earlier in kernel.after:  # work on another engine that this kernel must wait for
-                earlier._done.wait()
-            with self._record(engine, kernel.kind, kernel.result.name):
-                if isinstance(kernel.result, SimulatedEvent):
-                    kernel.result._value = self.now()
-                time.sleep(kernel.seconds)  # releases the GIL: the host thread runs meanwhile
-                value = kernel.value() if callable(kernel.value) else kernel.value
-                if value is not None:
-                    kernel.result._value = value
-            kernel.result._done.set()
-            work.task_done()
-        work.task_done()
+    def _wait_until(self, ready_ns: int, name: str) -> None:
+        if ready_ns > self._host_ns:
+            self._record("host", "waiting", name, self._host_ns, ready_ns)
+            self._host_ns = ready_ns
 
     def launch(self, seconds: float, name: str = "kernel", *, engine: str = "compute",
                value: float | Callable[[], float] | None = None,
                after: Iterable[SimulatedTensor] = (), kind: str | None = None) -> SimulatedTensor:
         """Queue a kernel that runs for ``seconds`` on ``engine`` and return its result at once, unfinished.
 
-        ``value`` is what ``.item()`` returns (or a function the device calls); ``kind`` ("kernel" or "copy",
-        by default the engine's) only colours the timeline.
+        The host's clock moves by ``launch_seconds``; the kernel starts when it has been issued, ``engine`` is
+        free and every result in ``after`` is ready. ``value`` is what ``.item()`` returns (or a function that
+        gives it); ``kind`` ("kernel" or "copy", by default the engine's) only colours the timeline.
         """
-        if engine not in self._queues:
+        if engine not in self._free_ns:
             raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-        result = SimulatedTensor(self, name)
         kind = kind or ("copy" if engine == "copy" else "kernel")
-        with self._record("host", "launch", f"launch {name}"):
-            if self.launch_seconds:
-                time.sleep(self.launch_seconds)
-        self._queues[engine].put(_Kernel(result, seconds, kind, value, tuple(after)))
-        return result
+        issued = self._host_ns + _ns(self.launch_seconds)
+        self._record("host", "launch", f"launch {name}", self._host_ns, issued)
+        self._host_ns = issued
+        start = max([issued, self._free_ns[engine], *(earlier._ready_ns for earlier in after)])
+        end = start + _ns(seconds)
+        self._free_ns[engine] = end
+        self._record(engine, kind, name, start, end)
+        result_value = value() if callable(value) else value
+        return SimulatedTensor(self, name, end, 0.0 if result_value is None else result_value)
 
     def record_event(self, engine: str = "compute") -> SimulatedEvent:
-        """Queue an event on ``engine`` and return it; it takes the device's clock when the engine reaches it."""
-        event = SimulatedEvent(self, "event")
-        self._queues[engine].put(_Kernel(event, 0.0, "event", None, ()))
-        return event
+        """Queue an event on ``engine`` and return it: it takes the clock when the engine reaches it."""
+        if engine not in self._free_ns:
+            raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+        reached = max(self._host_ns, self._free_ns[engine])
+        return SimulatedEvent(self, "event", reached, reached / 1e9)
 
     def synchronize(self) -> None:
-        """Block the host until every engine's queue is empty (as ``torch.cuda.synchronize``)."""
-        with self._record("host", "waiting", "synchronize"):
-            for work in self._queues.values():
-                work.join()
+        """Move the host's clock to when every engine has finished its queue (as ``torch.cuda.synchronize``)."""
+        self._wait_until(max(self._free_ns.values()), "synchronize")
 
-    @contextmanager
-    def host_work(self, name: str = "Python work") -> Iterator[None]:
-        """Record the block's time on the host lane as host work (data preparation, logging, ...)."""
-        with self._record("host", "host work", name):
-            yield
+    def host_work(self, seconds: float, name: str = "Python work") -> None:
+        """Spend ``seconds`` of host time on something else (preparing data, logging): the device runs on."""
+        end = self._host_ns + _ns(seconds)
+        self._record("host", "host work", name, self._host_ns, end)
+        self._host_ns = end
 
     def spans(self) -> list[Span]:
-        """Return what was recorded so far (events left out), sorted by start."""
-        with self._lock:
-            return sorted((s for s in self._spans if s.kind != "event"), key=lambda s: s.start)
+        """Return what was recorded so far, sorted by start (the host's lane first at equal starts)."""
+        return sorted(self._spans, key=lambda s: (s.start_ns, LANES.index(s.lane)))
 
     def clear(self) -> None:
         """Wait for the queues, then forget the recorded spans and restart the clock at zero."""
         self.synchronize()
-        with self._lock:
-            self._spans.clear()
-            self._origin = time.perf_counter()
+        self._spans.clear()
+        self._host_ns = 0
+        self._free_ns = dict.fromkeys(ENGINES, 0)
 
     def close(self) -> None:
-        """Finish the queued work and stop the worker threads."""
-        for work in self._queues.values():
-            work.put(None)
-        for worker in self._workers:
-            worker.join()
+        """Finish the queued work (as leaving a program does); nothing else to release."""
+        self.synchronize()
 
     def __enter__(self) -> SimulatedDevice:
         return self
@@ -213,11 +200,15 @@ def plot_timeline(spans: list[Span], ax: Any = None, title: str | None = None, l
     rows = {lane: len(used) - 1 - i for i, lane in enumerate(used)}
     origin = min((s.start for s in spans), default=0.0)
     for span in spans:
-        ax.broken_barh([((span.start - origin) * 1e3, span.duration * 1e3)], (rows[span.lane] - 0.35, 0.7),
-                       facecolors=COLOURS[span.kind], edgecolor="black", linewidth=0.5)
+        if span.duration:
+            ax.broken_barh([((span.start - origin) * 1e3, span.duration * 1e3)], (rows[span.lane] - 0.35, 0.7),
+                           facecolors=COLOURS[span.kind], edgecolor="black", linewidth=0.5)
+        else:  # an instant (a launch that costs no modelled time): a tick, so that it can still be seen
+            ax.vlines((span.start - origin) * 1e3, rows[span.lane] - 0.35, rows[span.lane] + 0.35,
+                      colors=COLOURS[span.kind], linewidth=1.5)
     ax.set_yticks(list(rows.values()), [f"simulated {lane}" if lane != "host" else lane for lane in rows])
     ax.set_ylim(-0.6, len(used) - 0.4)
-    ax.set_xlabel("ms")
+    ax.set_xlabel("simulated ms")
     if title:
         ax.set_title(title, fontsize=10)
     if legend:  # beside the lanes, never over a bar

@@ -19,6 +19,9 @@ sizes), words, dtypes, device names and booleans compare exactly, and so does a 
 ``FLOAT_CMP`` output checker. A cell may widen the tolerance through its metadata, with a reason::
 
     "tolerance": {"rtol": 0.03, "reason": "bfloat16 autocast rounds differently on CPUs with AMX"}
+
+A cell tagged ``exact`` compares its numbers exactly (no tolerance): for outputs that are the same on every
+machine by construction, such as the simulated device's times (``d2l_ext.simqueue``, a virtual clock).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from nbval.plugin import IPyNbCell
 
 DEVICE_DEPENDENT_TAG = "device-dependent"
+EXACT_TAG = "exact"
 BUILD_DEPENDENT_TAG = "build-dependent"
 # where `make outputs` records the torch build that made a notebook's stored outputs
 BUILD_METADATA_KEY = "d2l_ext"
@@ -57,6 +61,8 @@ class Tolerance:
 # steps at lr 0.8); a changed seed, a wrong formula or a loop that stops learning moves numbers by far more.
 # atol: differences of float32 round-off printed near zero (e.g. 3e-08 against 0.0) are not regressions.
 DEFAULT_TOLERANCE = Tolerance(rtol=5e-3, atol=1e-6)
+# cells tagged EXACT_TAG: outputs that cannot vary (a simulation on a virtual clock), so any change is a regression
+EXACT = Tolerance(rtol=0.0, atol=0.0)
 
 
 class NumberChecker(OutputChecker):
@@ -80,12 +86,17 @@ _INTEGER = re.compile(r"[+-]?\d+")
 
 
 def tolerance_for(metadata: dict) -> Tolerance:
-    """Return a cell's tolerance: the default, or the wider one its metadata asks for with a reason.
+    """Return a cell's tolerance: the default, the wider one its metadata asks for with a reason, or none at all
+    for a cell tagged ``exact``.
 
     Raises ValueError for a malformed request: unknown keys, no one-line reason, or a tolerance tighter than the
     default (a cell may only widen it; the default is the contract for every cell).
     """
     request = metadata.get("tolerance")
+    if EXACT_TAG in metadata.get("tags", []):
+        if request is not None:
+            raise ValueError(f"a cell tagged {EXACT_TAG!r} compares numbers exactly: it cannot ask for a tolerance")
+        return EXACT
     if request is None:
         return DEFAULT_TOLERANCE
     if not isinstance(request, dict) or set(request) - {"rtol", "atol", "reason"}:

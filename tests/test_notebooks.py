@@ -12,6 +12,7 @@ from tests.nbval_harness import (
     BUILD_DEPENDENT_TAG,
     BUILD_METADATA_KEY,
     DEVICE_DEPENDENT_TAG,
+    EXACT_TAG,
     compared_cell,
     notebooks_under,
     tolerance_for,
@@ -88,7 +89,7 @@ def test_nbval_markers_are_well_formed(path):
                 assert line.strip().lstrip("#").strip() in markers, f"malformed nbval marker: {line!r}"
 
 
-KNOWN_TAGS = {DEVICE_DEPENDENT_TAG, BUILD_DEPENDENT_TAG, "nbval-ignore-output", "nbval-skip", "raises-exception",
+KNOWN_TAGS = {DEVICE_DEPENDENT_TAG, BUILD_DEPENDENT_TAG, EXACT_TAG, "nbval-ignore-output", "nbval-skip", "raises-exception",
               "nbval-raises-exception", "nbval-check-output", "colab-setup"}
 
 
