@@ -21,7 +21,7 @@ NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 # time with every thread, as a learner does; make test-matrix runs the notebooks with the default threads too.
 TEST_THREADS ?= OMP_NUM_THREADS=1
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags run-twice gpu-check doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags check-timing run-twice gpu-check doctor colab binder-check browser-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
@@ -29,6 +29,7 @@ help:
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
 	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
+	@echo "make check-timing   find compared outputs that change when every clock reading is stretched 1x-3x (load)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
 	@echo "make gpu-check      on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
@@ -89,6 +90,10 @@ check-tags: env
 # On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
 gpu-check: env
 	$(BIN)/python tools/gpu_check.py
+
+# Compared outputs that change when each interval a clock measures is stretched 1x-3x, as load does
+check-timing: env
+	$(BIN)/python tools/check_timing.py
 
 # Run All twice in one kernel: the second run prints the stored outputs too
 run-twice: env

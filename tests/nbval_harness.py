@@ -314,12 +314,14 @@ def _log_drift(item, test, ref, log: Path) -> None:
         for output in outputs:
             for place in _compared_texts(output):
                 kinds.setdefault((output.get("name"), place), []).append(item.sanitize(_get(output, place)))
+    path = Path(item.path)
+    notebook = str(path.relative_to(item.config.rootpath)) if path.is_relative_to(item.config.rootpath) else str(path)
     with log.open("a", encoding="utf-8") as file:
         for kind, stored_texts in stored_kinds.items():
             for stored, fresh in zip(stored_texts, fresh_kinds.get(kind, []), strict=False):
                 if stored != fresh:
                     drift = relative_drift(stored, fresh)
-                    file.write(json.dumps({"notebook": str(item.path.relative_to(item.config.rootpath)),
+                    file.write(json.dumps({"notebook": notebook,
                                            "cell": item.cell_num, "drift": drift,
                                            "stored": stored[-300:], "fresh": fresh[-300:]}) + "\n")
 

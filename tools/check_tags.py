@@ -41,29 +41,47 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when != "call" or not report.failed or type(item).__name__ != "IPyNbCell":
         return
-    how = "output" if "Cell outputs differ" in str(report.longrepr) else "exception"
+    text = str(report.longrepr)
+    how = "output" if "Cell outputs differ" in text else "exception"
+    error = next((line.strip() for line in reversed(text.splitlines()) if "Error" in line), text.strip()[-200:])
     with open(os.environ[RESULTS_VARIABLE], "a", encoding="utf-8") as file:
-        file.write(json.dumps({"notebook": str(item.path), "cell": item.cell_num, "how": how}) + "\n")
+        file.write(json.dumps({"notebook": str(item.path), "cell": item.cell_num, "how": how,
+                               "error": error if how == "exception" else ""}) + "\n")
 
 
 def code_cells(path: Path) -> list:
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
 
-def untagged_changes(mode: str, targets: list[str]) -> list[str]:
-    """Run nbval with torch reporting ``mode``; return 'notebook cell N: how' for each untagged changed cell."""
-    results = Path(tempfile.mkstemp(prefix=f"check-tags-{mode}-", suffix=".jsonl")[1])
-    environment = {**os.environ, "D2L_EXT_PRETEND": mode, RESULTS_VARIABLE: str(results),
+def failed_cells(environment: dict[str, str], targets: list[str], workers: int = 2) -> dict[str, dict[int, dict]]:
+    """Run strict nbval with the harness under ``environment`` (added to this one); return, for each notebook
+    (its path as pytest gave it), the code cells that failed: {cell index: {"how": "output" or "exception", ...}}.
+    """
+    results = Path(tempfile.mkstemp(prefix="check-cells-", suffix=".jsonl")[1])
+    environment = {**os.environ, **environment, RESULTS_VARIABLE: str(results),
                    "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
     command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
                "tests/sanitize.cfg", "-p", "tests.nbval_harness", "-p", "tools.check_tags", "-p", "no:cacheprovider",
-               "-n", "2", "--dist", "loadfile", "-q", *targets]
+               *(["-n", str(workers), "--dist", "loadfile"] if workers > 1 else ["-p", "no:xdist"]), "-q", *targets]
     subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
-    failures: dict[str, dict[int, str]] = {}  # notebook -> code cell -> "output" or "exception"
+    failures: dict[str, dict[int, dict]] = {}
     for line in results.read_text().splitlines():  # with xdist a report may arrive twice
         failure = json.loads(line)
-        failures.setdefault(failure["notebook"], {})[failure["cell"]] = failure["how"]
+        failures.setdefault(failure["notebook"], {})[failure["cell"]] = failure
     results.unlink()
+    return failures
+
+
+def shown(notebook: str) -> str:
+    """Return a notebook's path relative to the repository when it is inside it."""
+    path = Path(notebook).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else notebook
+
+
+def untagged_changes(mode: str, targets: list[str]) -> list[str]:
+    """Run nbval with torch reporting ``mode``; return 'notebook cell N: how' for each untagged changed cell."""
+    failures = {notebook: {index: failure["how"] for index, failure in cells.items()}
+                for notebook, cells in failed_cells({"D2L_EXT_PRETEND": mode}, targets).items()}
     listed = []
     for notebook, cells in sorted(failures.items()):
         first_exception = min((i for i, how in cells.items() if how == "exception"), default=None)
@@ -75,8 +93,7 @@ def untagged_changes(mode: str, targets: list[str]) -> list[str]:
             if mode == "gpu" and (how != "output" or (first_exception is not None and index > first_exception)):
                 continue
             first_line = cell.source.strip().splitlines()[0][:70]
-            shown = Path(notebook).relative_to(REPO) if Path(notebook).is_relative_to(REPO) else notebook
-            listed.append(f"{shown} code cell {index} ({how} changed): {first_line}")
+            listed.append(f"{shown(notebook)} code cell {index} ({how} changed): {first_line}")
     return listed
 
 

@@ -1,0 +1,93 @@
+"""Find compared outputs that depend on how busy the machine is: `make check-timing`.
+
+A learner's laptop and a CI runner are never idle, and load stretches every interval a clock measures, each by
+its own amount. A compared cell that prints a fact derived from wall-clock readings (``t_a > t_b``, "within
+1.5x", a count of iterations that fit in a time) then prints something else, and the suite goes red on a
+correct checkout. This runs the notebook suite with the clocks made unreliable (tools/pretend/sitecustomize.py,
+mode ``slow-clock``: every interval between two readings of ``time.perf_counter``, ``time.monotonic`` or
+``time.time`` is reported stretched by a seeded random factor between 1x and 3x, in the kernels and in every
+process they start) and lists every compared cell whose output changed, or that raised, with the changed lines
+(after tests/sanitize.cfg: a duration printed as such is allowed to vary). Cells tagged ``nbval-ignore-output``
+are not compared and cannot be listed; everything else is, ``device-dependent`` and ``build-dependent`` cells
+included (they are compared on machines like this one).
+
+Exit status 1 if a cell is listed. Usage:
+    python tools/check_timing.py [--seed N] [--stretch LOW HIGH] [--workers N] [notebooks ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tools.check_tags import code_cells, failed_cells, shown  # noqa: E402  (the repository root is on the path now)
+
+# as `make test` runs the notebooks (Makefile: NUMERIC_ENV and TEST_THREADS)
+TEST_ENVIRONMENT = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
+
+
+def changed_lines(entries: list[dict]) -> list[str]:
+    """Return the differing lines of each logged (stored, fresh) pair, as 'stored: ...' and 'fresh: ...'."""
+    lines = []
+    for entry in entries:
+        stored, fresh = entry["stored"].splitlines(), entry["fresh"].splitlines()
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=stored, b=fresh).get_opcodes():
+            if tag != "equal":
+                lines += [f"stored: {line}" for line in stored[i1:i2]] + [f"fresh:  {line}" for line in fresh[j1:j2]]
+    return lines
+
+
+def timing_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float] = (1.0, 3.0),
+                   workers: int = 2) -> list[str]:
+    """Run the notebooks with stretched clocks; return a block of text per compared cell that changed or raised."""
+    drift_log = Path(tempfile.mkstemp(prefix="check-timing-", suffix=".jsonl")[1])
+    environment = {**TEST_ENVIRONMENT, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
+                   "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}", "D2L_EXT_DRIFT_LOG": str(drift_log)}
+    failures = failed_cells(environment, targets, workers=workers)
+    drifts: dict[tuple[str, int], list[dict]] = {}
+    for line in drift_log.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        drifts.setdefault((shown(str(REPO / entry["notebook"])), entry["cell"]), []).append(entry)
+    drift_log.unlink()
+    listed = []
+    for notebook, cells in sorted(failures.items()):
+        for index, failure in sorted(cells.items()):
+            cell = code_cells(Path(notebook))[index]
+            first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+            if failure["how"] == "exception":
+                details = [f"raised: {failure.get('error', '')}"]
+            else:
+                details = changed_lines(drifts.get((shown(notebook), index), [])) or ["(the outputs differ in kind)"]
+            listed.append("\n".join([f"{shown(notebook)} code cell {index}: {first_line}",
+                                     *(f"    {line}" for line in details)]))
+    return listed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random stretch factors (default 0)")
+    parser.add_argument("--stretch", type=float, nargs=2, default=(1.0, 3.0), metavar=("LOW", "HIGH"),
+                        help="range of the factor each interval is stretched by (default 1 3)")
+    parser.add_argument("--workers", type=int, default=2, help="notebooks run at once (default 2)")
+    parser.add_argument("targets", nargs="*", default=["notebooks"])
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    listed = timing_changes(args.targets, args.seed, tuple(args.stretch), args.workers)
+    print(f"clocks stretched {args.stretch[0]:g}x to {args.stretch[1]:g}x (seed {args.seed}): {len(listed)} compared "
+          f"cell(s) changed, in {time.perf_counter() - started:.0f} s"
+          + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
+             "load cannot break (README: Outputs that hold on a busy machine):" if listed else ""))
+    for block in listed:
+        print(block)
+    return 1 if listed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
