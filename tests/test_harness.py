@@ -156,86 +156,78 @@ def run_nbval(folder: Path, *extra: str) -> tuple[int, str]:
 
 
 def outcomes(output: str) -> dict[str, str]:
-    """Map each notebook name to FAILED/ERROR if any of its cells did, else PASSED (from -rA lines)."""
-    result: dict[str, str] = {}
-    for status, name in re.findall(r"^(PASSED|FAILED|ERROR) .*?([\w-]+\.ipynb)", output, flags=re.M):
-        if result.get(name) in ("FAILED", "ERROR"):
-            continue
-        result[name] = status
-    return result
+    """Map each 'notebook.ipynb::Cell N' to PASSED, FAILED or ERROR (from -rA lines)."""
+    return {f"{name}::Cell {index}": status for status, name, index in
+            re.findall(r"^(PASSED|FAILED|ERROR) .*?([\w-]+\.ipynb)::Cell (\d+)", output, flags=re.M)}
+
+
+# One case a cell, in one notebook (one kernel: the run stays fast): (name, cell, expected outcome, message)
+CELL_CASES = [
+    ("good", cell("x = 6 * 7\nprint(x)", "42\n"), "PASSED", None),
+    ("mismatch", cell("print(6 * 7)", "43\n"), "FAILED", "Cell outputs differ"),
+    ("raises", cell("1 / 0", None), "FAILED", "Cell execution caused an exception"),
+    ("unrun", cell("print(6 * 7)", None, run=False), "ERROR", "has no stored run"),
+    # stored on a GPU machine, run on a CPU one: the device suffix is sanitized away
+    ("sanitized", cell("print(\"tensor([1., 2.])\")", "tensor([1., 2.], device='cuda:0')\n"), "PASSED", None),
+    # compared on a machine without an accelerator (this one), so a wrong stored output still fails
+    ("device_dependent", cell("print(0)", "1\n", tags=["device-dependent"]), "FAILED", "Cell outputs differ"),
+    # numbers: a drift within the tolerance passes, beyond it fails; a word or an integer never drifts
+    ("drift_within", cell("print('loss', 0.4897)", "loss 0.4892\n"), "PASSED", None),
+    ("drift_beyond", cell("print('loss', 0.5153)", "loss 0.4892\n"), "FAILED", "Cell outputs differ"),
+    ("changed_word", cell("print('lost', 0.4892)", "loss 0.4892\n"), "FAILED", "Cell outputs differ"),
+    ("changed_name", cell("print('cuda:1 float16 fc2 65')", "cuda:0 float32 fc1 64\n"), "FAILED",
+     "Cell outputs differ"),
+    ("changed_seed", cell("import random; random.seed(1); print(round(random.random(), 4))", "0.8444\n"),
+     "FAILED", "Cell outputs differ"),  # what seed 0 prints
+    # a cell that asks for more, with a reason; and one that asks without saying why
+    ("widened", cell("print('accuracy', 0.89)", "accuracy 0.88\n", tolerance={"rtol": 0.03, "reason": CPU_DRIFT}),
+     "PASSED", None),
+    ("widened_without_reason", cell("print('accuracy', 0.89)", "accuracy 0.88\n", tolerance={"rtol": 0.03}),
+     "ERROR", "needs a one-line 'reason'"),
+    # tagged exact (a simulation on a virtual clock): the drift that passes above fails here; equal text passes
+    ("exact_drift", cell("print('loss', 0.4897)", "loss 0.4892\n", tags=["exact"]), "FAILED", "Cell outputs differ"),
+    ("exact_same", cell("print('took', 19.0, 'simulated ms')", "took 19.0 simulated ms\n", tags=["exact"]),
+     "PASSED", None),
+]
+# Cases that need a notebook of their own: build-dependent cells are compared under the torch build that stored
+# them (the notebook's metadata), not under another one; and a notebook left out of the run must fail it.
+NOTEBOOK_CASES = [
+    ("build_same", notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]), build=torch_build()),
+     "FAILED", "Cell outputs differ"),
+    ("build_other", notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]), build="2.14.1"),
+     "PASSED", None),
+]
 
 
 @pytest.fixture(scope="module")
 def harness_run(tmp_path_factory) -> tuple[int, str]:
     folder = tmp_path_factory.mktemp("notebooks")
-    examples = {
-        "good": notebook(cell("x = 6 * 7"), cell("print(x)", "42\n")),
-        "mismatch": notebook(cell("print(6 * 7)", "43\n")),
-        "raises": notebook(cell("1 / 0", None)),
-        "unrun": notebook(cell("print(6 * 7)", None, run=False)),
-        # stored on a GPU machine, run on a CPU one: the device suffix is sanitized away
-        "sanitized": notebook(cell("print(\"tensor([1., 2.])\")", "tensor([1., 2.], device='cuda:0')\n")),
-        # compared on a machine without an accelerator (this one), so a wrong stored output still fails
-        "device_dependent": notebook(cell("print(0)", "1\n", tags=["device-dependent"])),
-        # numbers: a drift within the tolerance passes, beyond it fails; a word or an integer never drifts
-        "drift_within": notebook(cell("print('loss', 0.4897)", "loss 0.4892\n")),
-        "drift_beyond": notebook(cell("print('loss', 0.5153)", "loss 0.4892\n")),
-        "changed_word": notebook(cell("print('lost', 0.4892)", "loss 0.4892\n")),
-        "changed_name": notebook(cell("print('cuda:1 float16 fc2 65')", "cuda:0 float32 fc1 64\n")),
-        "changed_seed": notebook(cell("import random; random.seed(1); print(round(random.random(), 4))",
-                                      "0.8444\n")),  # what seed 0 prints
-        # a cell that asks for more, with a reason; and one that asks without saying why
-        "widened": notebook(cell("print('accuracy', 0.89)", "accuracy 0.88\n",
-                                 tolerance={"rtol": 0.03, "reason": CPU_DRIFT})),
-        "widened_without_reason": notebook(cell("print('accuracy', 0.89)", "accuracy 0.88\n",
-                                                tolerance={"rtol": 0.03})),
-        # build-dependent: compared under the torch build that stored it, not under another one
-        "build_same": notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]),
-                               build=torch_build()),
-        "build_other": notebook(cell("print('CUDA 13.0')", "CUDA None\n", tags=["build-dependent"]),
-                                build="2.14.1"),
-    }
-    for name, nb in examples.items():
+    nbformat.write(notebook(*(c for _, c, _, _ in CELL_CASES)), folder / "cells.ipynb")
+    for name, nb, _, _ in NOTEBOOK_CASES:
         nbformat.write(nb, folder / f"{name}.ipynb")
-    return run_nbval(folder)
+    nbformat.write(notebook(cell("print(2)", "2\n")), folder / "left_out.ipynb")
+    return run_nbval(folder, f"--ignore={folder / 'left_out.ipynb'}")
 
 
-@pytest.mark.parametrize(
-    ("name", "expected", "message"),
-    [
-        ("good", "PASSED", None),
-        ("sanitized", "PASSED", None),
-        ("mismatch", "FAILED", "Cell outputs differ"),
-        ("raises", "FAILED", "Cell execution caused an exception"),
-        ("unrun", "ERROR", "has no stored run"),
-        ("device_dependent", "FAILED", "Cell outputs differ"),
-        ("drift_within", "PASSED", None),
-        ("drift_beyond", "FAILED", "Cell outputs differ"),
-        ("changed_word", "FAILED", "Cell outputs differ"),
-        ("changed_name", "FAILED", "Cell outputs differ"),
-        ("changed_seed", "FAILED", "Cell outputs differ"),
-        ("widened", "PASSED", None),
-        ("widened_without_reason", "ERROR", "needs a one-line 'reason'"),
-        ("build_same", "FAILED", "Cell outputs differ"),
-        ("build_other", "PASSED", None),
-    ],
-)
-def test_harness_outcome(harness_run, name, expected, message):
+CASES = [(name, f"cells.ipynb::Cell {index}", expected, message)
+         for index, (name, _, expected, message) in enumerate(CELL_CASES)]
+CASES += [(name, f"{name}.ipynb::Cell 0", expected, message) for name, _, expected, message in NOTEBOOK_CASES]
+
+
+@pytest.mark.parametrize(("name", "item", "expected", "message"), CASES, ids=[case[0] for case in CASES])
+def test_harness_outcome(harness_run, name, item, expected, message):
     code, output = harness_run
     assert code == 1, output[-3000:]
-    assert outcomes(output).get(f"{name}.ipynb") == expected, output[-3000:]
+    assert outcomes(output).get(item) == expected, output[-3000:]
     if message:
         assert message in output
 
 
-def test_a_notebook_left_out_fails_the_run(tmp_path):
-    nbformat.write(notebook(cell("print(1)", "1\n")), tmp_path / "kept.ipynb")
-    nbformat.write(notebook(cell("print(2)", "2\n")), tmp_path / "left_out.ipynb")
-    code, output = run_nbval(tmp_path, f"--ignore={tmp_path / 'left_out.ipynb'}")
-    assert code == 1, output[-3000:]
-    assert "left_out.ipynb is under a folder given to pytest but was not collected" in output
-    code, output = run_nbval(tmp_path)  # and with nothing left out, the same folder passes
-    assert code == 0, output[-3000:]
+def test_a_notebook_left_out_fails_the_run(harness_run):
+    code, output = harness_run
+    assert code == 1
+    not_collected = re.findall(r"(\S+\.ipynb) is under a folder given to pytest but was not collected", output)
+    assert {Path(path).name for path in not_collected} == {"left_out.ipynb"}, output[-3000:]  # and no other
 
 
 def test_outputs_match_as_nbval_compares():

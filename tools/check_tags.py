@@ -78,10 +78,10 @@ def shown(notebook: str) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else notebook
 
 
-def untagged_changes(mode: str, targets: list[str]) -> list[str]:
+def untagged_changes(mode: str, targets: list[str], workers: int = 2) -> list[str]:
     """Run nbval with torch reporting ``mode``; return 'notebook cell N: how' for each untagged changed cell."""
     failures = {notebook: {index: failure["how"] for index, failure in cells.items()}
-                for notebook, cells in failed_cells({"D2L_EXT_PRETEND": mode}, targets).items()}
+                for notebook, cells in failed_cells({"D2L_EXT_PRETEND": mode}, targets, workers).items()}
     listed = []
     for notebook, cells in sorted(failures.items()):
         first_exception = min((i for i, how in cells.items() if how == "exception"), default=None)
