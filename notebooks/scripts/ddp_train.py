@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=256, help="units per hidden layer")
     parser.add_argument("--fail-rank", type=int, default=-1, help="this rank raises an error (for the demo)")
+    parser.add_argument("--settings", nargs="+", metavar="BATCH:LR", default=[],
+                        help="several trainings in one launch, each from a fresh model, one per global batch size "
+                             "and learning rate (they replace --batch-size and --lr); each starts with '== BATCH:LR'")
     args = parser.parse_args()
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -63,7 +66,12 @@ def main() -> None:
     # reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE set by torchrun; device_id binds NCCL to this process's GPU
     # at once (errors show here, not at the first collective)
     dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
-    train(args, rank, world_size, device)
+    for setting in args.settings or [f"{args.batch_size}:{args.lr}"]:
+        if args.settings and rank == 0:
+            print(f"== {setting}", flush=True)
+        batch_size, lr = setting.split(":")
+        train(argparse.Namespace(**{**vars(args), "batch_size": int(batch_size), "lr": float(lr)}),
+              rank, world_size, device)
     # only after success: on an error, shutting NCCL down while the other ranks wait in a collective can
     # block (pytorch/pytorch#119215); the failing process just exits, and torchrun stops the others
     dist.destroy_process_group()
