@@ -12,13 +12,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
-# Importing torch.utils.benchmark imports cpp_extension, which logs "No CUDA runtime is found" on a
-# machine that has a CUDA toolkit but no GPU: noise on stderr that would change a notebook's output.
+if TYPE_CHECKING:
+    from torch.utils import benchmark
+
+# Importing torch.utils.benchmark (here, or by torch.compile) imports cpp_extension, which logs "No CUDA runtime
+# is found" on a machine that has a CUDA toolkit but no GPU: noise on stderr that would change a notebook's output.
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-from torch.utils import benchmark  # noqa: E402
+
+
+def _benchmark():
+    """Import torch.utils.benchmark on first use: it costs about 0.6 s (setuptools), which every process that
+    imports d2l_ext would otherwise pay, the distributed scripts' workers included."""
+    from torch.utils import benchmark
+
+    return benchmark
 
 
 def measure(
@@ -26,7 +37,7 @@ def measure(
 ) -> benchmark.Measurement:
     """Return the measured time of ``fn()`` (``.median`` and ``.iqr`` in seconds), after one warm-up call."""
     fn()  # warm-up: first-call costs (allocation, kernel selection, lazy initialisation) are not measured
-    timer = benchmark.Timer(
+    timer = _benchmark().Timer(
         stmt="fn()", globals={"fn": fn}, num_threads=num_threads or torch.get_num_threads(), label=label
     )
     return timer.blocked_autorange(min_run_time=min_run_time)
