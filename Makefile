@@ -27,7 +27,8 @@ help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "make test     create the environment (first run) and run lint, unit tests and nbval"
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
-	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons"
+	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons (2 combined runs;"
+	@echo "                    MATRIX_ARGS=--each: each change alone, 8 runs, to tell which one moved a cell)"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
 	@echo "make check-timing   find compared outputs that change when every clock reading is stretched 1x-3x (load)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
@@ -80,8 +81,9 @@ test:
 	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi
 
 # The notebook suite under the variations this machine can produce (tools/test_matrix.py says which)
+MATRIX_ARGS ?=
 test-matrix: env
-	$(BIN)/python tools/test_matrix.py
+	$(BIN)/python tools/test_matrix.py $(MATRIX_ARGS)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
 check-tags: env

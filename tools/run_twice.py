@@ -6,6 +6,8 @@ output no longer teaches what the prose says. nbval runs each notebook once in a
 notebook top to bottom twice in one kernel and compares the second run with the stored outputs, with the same
 sanitizing and tolerance as the harness (cells tagged nbval-ignore-output are not compared, as in nbval).
 
+Two notebooks run at once, each kernel with one thread (RUN_TWICE_WORKERS=1: one at a time, default threads).
+
 Usage: python tools/run_twice.py [notebooks or folders ...]; exit status 1 if a compared output differs.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -62,14 +65,21 @@ def _shown(outputs: list) -> str:
     return sanitize("".join(texts))[:240]
 
 
+def _one_thread() -> None:
+    """In a worker process: kernels started from here use one thread, so that parallel notebooks share the cores."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
 def main(args: list[str]) -> int:
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    workers = int(os.environ.get("RUN_TWICE_WORKERS", "2"))  # notebooks at once, as make test runs them
+    paths = notebooks(args or ["notebooks"])
     found = []
-    for path in notebooks(args or ["notebooks"]):
-        differences = second_run_differences(path)
-        print(f"{path}: {'same outputs the second time' if not differences else 'differs the second time'}",
-              flush=True)
-        found += differences
+    with ProcessPoolExecutor(workers, initializer=_one_thread if workers > 1 else None) as pool:
+        for path, differences in zip(paths, pool.map(second_run_differences, paths), strict=True):
+            print(f"{path}: {'same outputs the second time' if not differences else 'differs the second time'}",
+                  flush=True)
+            found += differences
     for line in found:
         print("  " + line)
     print(f"{len(found)} compared cell(s) print otherwise when run twice in one kernel")

@@ -8,7 +8,13 @@ tolerance, or the notebook prints at a precision that another CPU keeps. What mo
 
 It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or a GPU: see the README.
 
-Usage: python tools/test_matrix.py [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
+By default it runs two combined variants (what CI runs): between them they set every value that one of the
+single variants sets (both Pythons, each MKL and oneDNN code path, ATen without vector kernels, 1 and 4
+threads), so that a cell that one change would break fails in one of the two runs, at a quarter of the cost
+of running each change alone. `--each` runs each change alone, eight runs, to tell which one moved a cell
+(the table then shows the largest drift each caused); `--only` picks runs by name.
+
+Usage: python tools/test_matrix.py [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
 """
 
 from __future__ import annotations
@@ -35,21 +41,35 @@ class Variant:
     name: str
     environment: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
+    pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
 # environment variant, so that each shows what a machine without them does (the first runs with no pin at all,
 # every thread included); the Python variants keep them, as `make test` there would.
-VARIANTS = [
+EACH = [
     Variant("MKL_CBWR default (no pins)"),
     Variant("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
     Variant("ONEDNN_MAX_CPU_ISA=AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
     Variant("ATEN_CPU_CAPABILITY=default", {"ATEN_CPU_CAPABILITY": "default"}),
     Variant("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"}),
     Variant("OMP_NUM_THREADS=4", {"OMP_NUM_THREADS": "4"}),
-    Variant("Python 3.10 (fresh venv)", python="python3.10"),
-    Variant("Python 3.12 (fresh venv)", python="python3.12"),
+    Variant("Python 3.10 (fresh venv)", python="python3.10", pins=True),
+    Variant("Python 3.12 (fresh venv)", python="python3.12", pins=True),
 ]
+
+# The same changes in two runs. A variant's cost follows what it can change: a code path or a thread count can
+# only move floating-point results, and it moves them as much beside another change as alone, while a second
+# Python can change any text; so each run carries one Python and one value of every numeric setting, and every
+# value that EACH sets appears in one of them (OMP_NUM_THREADS unset, i.e. 2 here, lies between 1 and 4; the
+# unpinned oneDNN path is the default of the first). A cell that fails here is attributed with --each.
+COMBINED = [
+    Variant("Python 3.10 + MKL default + ATen default + 4 threads",
+            {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10"),
+    Variant("Python 3.12 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread",
+            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.12"),
+]
+VARIANTS = EACH + COMBINED
 
 
 @dataclass
@@ -91,8 +111,8 @@ def run_variant(variant: Variant, log_folder: Path) -> Result:
             result.failed = 1
             return result
         arguments = [f"PYTHON={python}", f"VENV=.venv-{variant.python}"]
-    else:
-        arguments = ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
+    if not variant.pins:
+        arguments += ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
     start = time.perf_counter()
     done = subprocess.run(["make", "--no-print-directory", "notebooks", *arguments], cwd=REPO, env=environment,
                           capture_output=True, text=True)
@@ -123,14 +143,16 @@ def table(results: list[Result]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--only", help="comma-separated variant names (or unique prefixes)")
+    parser.add_argument("--each", action="store_true", help="run each change alone (eight runs), not combined")
+    parser.add_argument("--only", help="comma-separated variant names (or unique prefixes), single or combined")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(v.name for v in VARIANTS))
+        print("combined (the default):\n  " + "\n  ".join(v.name for v in COMBINED))
+        print("each change alone (--each):\n  " + "\n  ".join(v.name for v in EACH))
         return 0
-    chosen = VARIANTS
+    chosen = EACH if args.each else COMBINED
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         chosen = [v for v in VARIANTS if any(v.name.startswith(w) for w in wanted)]

@@ -1,0 +1,35 @@
+"""tools/test_matrix.py: the two combined runs that CI makes set every value that the single variants set."""
+
+from __future__ import annotations
+
+from tools import test_matrix
+from tools.test_matrix import COMBINED, EACH, Variant
+
+
+def values(variants: list[Variant], key: str) -> set[str | None]:
+    """The values (None: unset) that the variants without make test's pins give the environment variable."""
+    return {variant.environment.get(key) for variant in variants if not variant.pins}
+
+
+def test_the_combined_runs_cover_every_single_change():
+    keys = {key for variant in EACH for key in variant.environment}
+    assert keys == {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS"}
+    for key in keys:
+        needed = values(EACH, key)
+        if key == "OMP_NUM_THREADS":
+            needed.discard(None)  # unset means one thread per core (2 here): between the 1 and the 4 that are run
+        assert needed <= values(COMBINED, key), f"{key}: no combined run sets {needed - values(COMBINED, key)}"
+    assert {v.python for v in EACH if v.python} <= {v.python for v in COMBINED}
+    assert all(not v.pins for v in COMBINED)  # the pins would hide the code paths the runs are there to change
+
+
+def test_combined_is_the_default_and_each_is_eight_runs(monkeypatch, tmp_path):
+    chosen = []
+    monkeypatch.setattr(test_matrix, "run_variant", lambda variant, folder: chosen.append(variant) or
+                        test_matrix.Result(variant, passed=1))
+    assert test_matrix.main(["--report", str(tmp_path / "r.md")]) == 0
+    assert chosen == COMBINED
+    chosen.clear()
+    assert test_matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
+    assert chosen == EACH and len(EACH) == 8
+    assert "| Python 3.12 (fresh venv) | 1 | 0 |" in (tmp_path / "r.md").read_text()
