@@ -30,6 +30,9 @@ class LaunchError(RuntimeError):
     """A launched run failed: its exit code, what it printed, and the failing rank's error."""
 
     def __init__(self, returncode: int, stdout: str, stderr: str, launcher: str = "torchrun"):
+        # Python 3.13 colours tracebacks when FORCE_COLOR is set (Colab sets it) or on a terminal: the colour codes
+        # would split "RuntimeError: ..." and hide the rank's own error, so they are removed first
+        stdout, stderr = without_colour(stdout), without_colour(stderr)
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
         errors = rank_errors(stderr)
         self.rank = failing_rank(stderr)
@@ -42,6 +45,15 @@ class LaunchError(RuntimeError):
         where = f"rank {self.rank}" if self.rank is not None else "a process"
         message = errors[self.rank][-1] if self.rank in errors else stderr.strip()[-1000:]
         super().__init__(f"{where} failed ({launcher} exit code {returncode}): {message}")
+
+
+# a terminal's colour and style codes (ANSI "CSI" sequences such as ESC[1;35m), as Python 3.13 writes them
+ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def without_colour(text: str) -> str:
+    """Return ``text`` without terminal colour codes."""
+    return ANSI_CODE.sub("", text)
 
 
 # what a rank prints when it fails because another rank died (gloo, NCCL)
@@ -132,8 +144,9 @@ def loopback_interface(platform: str | None = None) -> str | None:
 
 
 def launch_environment(environ: Mapping[str, str] | None = None, platform: str | None = None) -> dict[str, str]:
-    """Return the environment for launched processes: one thread each unless set, gloo on loopback only."""
-    env = {**(os.environ if environ is None else environ), "PYTHONUNBUFFERED": "1"}
+    """Return the environment for launched processes: one thread each unless set, gloo on loopback, no colour."""
+    # PYTHON_COLORS=0: the processes write into pipes that LaunchError reads, where colour codes are noise
+    env = {**(os.environ if environ is None else environ), "PYTHONUNBUFFERED": "1", "PYTHON_COLORS": "0"}
     env.setdefault("OMP_NUM_THREADS", "1")
     interface = loopback_interface(platform)
     if interface is not None:

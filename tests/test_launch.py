@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -63,7 +64,9 @@ def test_a_failing_rank_raises_with_its_message(script):
 def test_a_hanging_run_is_stopped_and_leaves_nothing(script):
     start = time.monotonic()
     with pytest.raises(TimeoutError):
-        launch.torchrun(script, nproc=2, args=["sleep"], timeout=20, echo=False)
+        # 8 s: the ranks are asleep by then on a quiet machine; on a busy one they may still be starting, and
+        # must be killed all the same
+        launch.torchrun(script, nproc=2, args=["sleep"], timeout=8, echo=False)
     assert time.monotonic() - start < 60, "the launcher waited for workers it should have killed"
     assert running(script) == []  # workers orphaned by a killed torchrun would still be listed
 
@@ -159,3 +162,27 @@ def test_run_script_returns_its_output_or_raises_its_error(tmp_path):
         launch.run_script(script, ["fail"], echo=False)
     assert failure.value.returncode == 1 and failure.value.stdout == "argument fail\n"
     assert "(plain.py exit code 1)" in str(failure.value) and "ValueError: it fails on purpose" in str(failure.value)
+
+
+# torchrun's stderr when rank 1 raises, recorded by tools/record_launch_errors.py on Python 3.11 and 3.13 with
+# colour off and on: Python 3.13 colours tracebacks under FORCE_COLOR (Colab sets it) or PYTHON_COLORS=1
+RECORDINGS = sorted((Path(__file__).parent / "data" / "launch").glob("*.txt"))
+
+
+def test_every_python_and_colour_case_is_recorded():
+    assert {path.stem for path in RECORDINGS} >= {"py311", "py313", "py313-force-color", "py313-python-colors",
+                                                   "py313-no-color"}
+    coloured = [path.stem for path in RECORDINGS if "\x1b[" in path.read_text()]
+    assert coloured == ["py313-force-color", "py313-python-colors"]  # the recordings hold the real colour codes
+
+
+@pytest.mark.parametrize("recording", RECORDINGS, ids=lambda path: path.stem)
+def test_the_failing_rank_is_named_with_its_own_error_on_every_python(recording):
+    error = launch.LaunchError(1, "", recording.read_text())
+    assert error.rank == 1
+    assert str(error) == "rank 1 failed (torchrun exit code 1): RuntimeError: rank 1 fails on purpose after epoch 1"
+    assert "\x1b" not in error.stderr
+
+
+def test_launched_processes_write_no_colour():
+    assert launch.launch_environment({"FORCE_COLOR": "1"})["PYTHON_COLORS"] == "0"  # 3.13: overrides FORCE_COLOR
