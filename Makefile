@@ -21,14 +21,15 @@ NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 # time with every thread, as a learner does; make test-matrix runs the notebooks with the default threads too.
 TEST_THREADS ?= OMP_NUM_THREADS=1
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix check-tags check-timing run-twice gpu-check doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix test-colab check-tags check-timing run-twice gpu-check doctor colab binder-check browser-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "make test     create the environment (first run) and run lint, unit tests and nbval"
 	@echo "make outputs  re-execute every notebook in place to refresh its stored outputs"
 	@echo "make test-matrix    run the notebooks under other CPU code paths, thread counts and Pythons (2 combined runs;"
-	@echo "                    MATRIX_ARGS=--each: each change alone, 8 runs, to tell which one moved a cell)"
+	@echo "                    MATRIX_ARGS=--each: each change alone, 9 runs, to tell which one moved a cell)"
+	@echo "make test-colab PYTHON=python3.13   the notebooks on Colab's packages and Python (tests/envs/colab.txt)"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
 	@echo "make check-timing   find compared outputs that change when every clock reading is stretched 1x-3x (load)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
@@ -42,8 +43,8 @@ help:
 env: $(STAMP)
 
 $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if (3, 10) <= v[:2] <= (3, 12) else \
-	  "Python 3.10 to 3.12 is needed; $(PYTHON) is %d.%d. Run: make PYTHON=python3.11 ..." % v[:2])'
+	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if (3, 10) <= v[:2] <= (3, 13) else \
+	  "Python 3.10 to 3.13 is needed; $(PYTHON) is %d.%d. Run: make PYTHON=python3.11 ..." % v[:2])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -r requirements.txt
@@ -84,6 +85,11 @@ test:
 MATRIX_ARGS ?=
 test-matrix: env
 	$(BIN)/python tools/test_matrix.py $(MATRIX_ARGS)
+
+# The notebooks on Colab's packages (tests/envs/colab.txt) and Colab's Python, given as PYTHON= (a 3.13):
+# without it, one line says what to install; no other Python is taken in its place
+test-colab:
+	python3 tools/colab_stack.py --python $(PYTHON)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
 check-tags: env

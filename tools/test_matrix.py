@@ -9,10 +9,11 @@ tolerance, or the notebook prints at a precision that another CPU keeps. What mo
 It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or a GPU: see the README.
 
 By default it runs two combined variants (what CI runs): between them they set every value that one of the
-single variants sets (both Pythons, each MKL and oneDNN code path, ATen without vector kernels, 1 and 4
-threads), so that a cell that one change would break fails in one of the two runs, at a quarter of the cost
-of running each change alone. `--each` runs each change alone, eight runs, to tell which one moved a cell
-(the table then shows the largest drift each caused); `--only` picks runs by name.
+single variants sets (each MKL and oneDNN code path, ATen without vector kernels, 1 and 4 threads) and the
+oldest and newest Python supported, so that a cell that one change would break fails in one of the two runs,
+at less than a quarter of the cost of running each change alone. `--each` runs each change alone, nine
+runs, to tell which one moved a cell (the table then shows the largest drift each caused); `--only` picks
+runs by name.
 
 Usage: python tools/test_matrix.py [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
 """
@@ -56,18 +57,20 @@ EACH = [
     Variant("OMP_NUM_THREADS=4", {"OMP_NUM_THREADS": "4"}),
     Variant("Python 3.10 (fresh venv)", python="python3.10", pins=True),
     Variant("Python 3.12 (fresh venv)", python="python3.12", pins=True),
+    Variant("Python 3.13 (fresh venv)", python="python3.13", pins=True),
 ]
 
 # The same changes in two runs. A variant's cost follows what it can change: a code path or a thread count can
-# only move floating-point results, and it moves them as much beside another change as alone, while a second
+# only move floating-point results, and it moves them as much beside another change as alone, while another
 # Python can change any text; so each run carries one Python and one value of every numeric setting, and every
 # value that EACH sets appears in one of them (OMP_NUM_THREADS unset, i.e. 2 here, lies between 1 and 4; the
-# unpinned oneDNN path is the default of the first). A cell that fails here is attributed with --each.
+# unpinned oneDNN path is the default of the first). The Pythons are the oldest and the newest supported (3.13
+# is Colab's); make test runs 3.11, and 3.12 runs with --each. A cell that fails here is attributed with --each.
 COMBINED = [
     Variant("Python 3.10 + MKL default + ATen default + 4 threads",
             {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10"),
-    Variant("Python 3.12 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread",
-            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.12"),
+    Variant("Python 3.13 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread",
+            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.13"),
 ]
 VARIANTS = EACH + COMBINED
 
@@ -143,7 +146,7 @@ def table(results: list[Result]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--each", action="store_true", help="run each change alone (eight runs), not combined")
+    parser.add_argument("--each", action="store_true", help="run each change alone (nine runs), not combined")
     parser.add_argument("--only", help="comma-separated variant names (or unique prefixes), single or combined")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))
