@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from .compat import OLDEST_TORCH, torch_check
 from .devices import accelerator_type, num_gpus
 from .guard import _VENDOR, gpus_available
 
@@ -108,6 +109,17 @@ def chapter_lines(notebooks: Path = NOTEBOOKS) -> list[str]:
     return lines
 
 
+def torch_line(notebooks: Path = NOTEBOOKS) -> str:
+    """Return whether this torch is new enough: at least the oldest the course is tested with, and every torch
+    API the chapters call present."""
+    problem = torch_check(notebooks=notebooks)
+    oldest = ".".join(map(str, OLDEST_TORCH))
+    if problem:
+        return f"torch check: {problem}"
+    return f"torch check: torch {torch.__version__} is at least {oldest} (the oldest tested) and has every API " \
+           "the chapters call"
+
+
 def report(notebooks: Path = NOTEBOOKS) -> str:
     """Return the whole report as text."""
     def installed(name: str) -> str:
@@ -129,6 +141,7 @@ def report(notebooks: Path = NOTEBOOKS) -> str:
         f"NVIDIA driver: {driver}" if driver else "NVIDIA driver: not found (no nvidia-smi)",
         f"host: {os.cpu_count()} CPU cores (PyTorch uses {torch.get_num_threads()} threads), "
         f"{memory.total / 2**30:.1f} GiB memory, {memory.available / 2**30:.1f} GiB available",
+        torch_line(notebooks),
         "chapters:",
         *chapter_lines(notebooks),
     ]

@@ -164,14 +164,14 @@ def test_run_script_returns_its_output_or_raises_its_error(tmp_path):
     assert "(plain.py exit code 1)" in str(failure.value) and "ValueError: it fails on purpose" in str(failure.value)
 
 
-# torchrun's stderr when rank 1 raises, recorded by tools/record_launch_errors.py on Python 3.11 and 3.13 with
+# torchrun's stderr when rank 1 raises, recorded by tools/record_launch_errors.py on Python 3.10 to 3.13, 3.13 with
 # colour off and on: Python 3.13 colours tracebacks under FORCE_COLOR (Colab sets it) or PYTHON_COLORS=1
 RECORDINGS = sorted((Path(__file__).parent / "data" / "launch").glob("*.txt"))
 
 
 def test_every_python_and_colour_case_is_recorded():
-    assert {path.stem for path in RECORDINGS} >= {"py311", "py313", "py313-force-color", "py313-python-colors",
-                                                   "py313-no-color"}
+    assert {path.stem for path in RECORDINGS} >= {"py310", "py311", "py312", "py313", "py313-force-color",
+                                                   "py313-python-colors", "py313-no-color"}
     coloured = [path.stem for path in RECORDINGS if "\x1b[" in path.read_text()]
     assert coloured == ["py313-force-color", "py313-python-colors"]  # the recordings hold the real colour codes
 

@@ -6,7 +6,9 @@ The repository's address lives here, in REPOSITORY and BRANCH. A fork changes th
 Each notebook starts with two cells that this script writes:
 - a Markdown cell with an "Open in Colab" badge pointing at the notebook in the repository;
 - a setup cell that, on Colab only, clones the repository, installs d2l (without its pins) and d2l_ext,
-  and moves into the notebook's folder; anywhere else it does nothing. nbval does not compare its output.
+  moves into the notebook's folder, and prints one line if Colab's torch is older than the course is tested
+  with or lacks an API a chapter calls (d2l_ext.compat); anywhere else it does nothing. nbval does not
+  compare its output.
 Notebook metadata asks Colab for a GPU runtime (a T4), since every chapter has cells that use one.
 """
 
@@ -52,11 +54,15 @@ def setup_cell(path: Path) -> nbformat.NotebookNode:
     source = "\n".join([
         "# On Colab: fetch this course and install what Colab lacks. Anywhere else this cell does nothing.",
         "import sys",
+        "from pathlib import Path",
         "",
         'if "google.colab" in sys.modules:',
         f"    !git clone --quiet --depth 1 --branch {BRANCH} https://github.com/{REPOSITORY} /content/course",
         f"    %pip install --quiet --no-deps {d2l_requirement()} /content/course",
         f"    %cd /content/course/{folder}",
+        "    from d2l_ext.compat import torch_check  # one line if Colab's torch is too old for a chapter",
+        '    if (problem := torch_check(notebooks=Path("/content/course/notebooks"))) is not None:',
+        "        print(problem)",
     ])
     cell = nbformat.v4.new_code_cell(source)
     cell["id"] = SETUP_ID
@@ -76,6 +82,8 @@ def updated(path: Path) -> nbformat.NotebookNode:
     setup = setup_cell(path)
     if old_setup is not None and old_setup.source == setup.source:  # keep its stored run
         setup = old_setup
+    elif old_setup is not None and not old_setup.get("outputs"):  # it printed nothing here (not on Colab):
+        setup.execution_count = old_setup.execution_count  # its stored run stands for the new source too
     notebook.cells = [badge_cell(path), setup, *rest]
     notebook.metadata["accelerator"] = "GPU"
     notebook.metadata["colab"] = {"gpuType": "T4", "provenance": []}
