@@ -12,17 +12,38 @@ accelerator, where the stored outputs are made (see tests/conftest.py).
 
 from __future__ import annotations
 
+import os
+import shutil
+
+import torch
+
 from .devices import accelerator_type, num_gpus
 
 # what each device type is called in the message
 _VENDOR = {"cuda": "CUDA (NVIDIA, or AMD with ROCm)", "mps": "Apple MPS", "xpu": "Intel XPU"}
 
 
-def skip_message(needed: int, found: int, found_type: str | None, kind: str | None = None) -> str:
-    """Return the one-line message that a guarded cell prints when it skips."""
+def unusable_driver() -> str | None:
+    """Return the CUDA version torch is built for when an NVIDIA driver is installed (nvidia-smi) but torch finds
+    no GPU and none is hidden on purpose (CUDA_VISIBLE_DEVICES): most often a driver older than that CUDA needs."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+    if torch.version.cuda and not hidden and shutil.which("nvidia-smi") and not torch.cuda.is_available():
+        return torch.version.cuda
+    return None
+
+
+def skip_message(needed: int, found: int, found_type: str | None, kind: str | None = None,
+                 driver_cuda: str | None = None) -> str:
+    """Return the one-line message that a guarded cell prints when it skips (``driver_cuda``: see
+    ``unusable_driver``)."""
     what = f"{needed} GPU" + ("s" if needed > 1 else "")
     if kind is not None:
         what += f" of type {_VENDOR.get(kind, kind)}"
+    if found == 0 and driver_cuda:
+        return (f"Skipped: this cell needs {what}; this machine has an NVIDIA driver (nvidia-smi runs), but PyTorch, "
+                f"built for CUDA {driver_cuda}, cannot use it: the driver is most likely older than CUDA "
+                f"{driver_cuda} needs. Update the driver, or install a PyTorch built for the CUDA version that "
+                "nvidia-smi shows.")
     if found == 0:
         have = "no GPU"
     else:
@@ -44,5 +65,6 @@ def needs_gpus(n: int = 1, kind: str | None = None) -> bool:
     """Return True if ``n`` GPUs (of device type ``kind``, if given) are usable; else print why not."""
     if gpus_available(n, kind):
         return True
-    print(skip_message(n, num_gpus(), accelerator_type(), kind))
+    found = num_gpus()
+    print(skip_message(n, found, accelerator_type(), kind, unusable_driver() if found == 0 else None))
     return False

@@ -81,6 +81,7 @@ def test_torch_without_accelerator_module(monkeypatch):
 )
 def test_needs_gpus_decides_and_explains(monkeypatch, capsys, kind, count, needed, needed_kind, runs):
     fake_accelerator(monkeypatch, kind, count)
+    monkeypatch.setattr(guard, "unusable_driver", lambda: None)  # whatever driver this machine has
     assert d2l_ext.needs_gpus(needed, kind=needed_kind) is runs
     printed = capsys.readouterr().out
     if runs:
@@ -101,3 +102,22 @@ def test_skip_message_wording():
     assert "needs 2 GPUs; this machine has 1 CUDA (NVIDIA, or AMD with ROCm) GPU." in two
     assert "Colab offers only one GPU" in two
     assert "of type Apple MPS" in guard.skip_message(1, 1, "cuda", kind="mps")
+
+
+def test_a_driver_that_torch_cannot_use_is_named_not_called_no_gpu(monkeypatch, capsys):
+    # a T4 box on an older driver than the torch build's CUDA needs: nvidia-smi runs, torch finds nothing (m10)
+    fake_accelerator(monkeypatch, None, 0)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(guard.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert guard.unusable_driver() == "13.0"
+    assert d2l_ext.needs_gpus(1) is False
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 1 and "no GPU" not in printed
+    assert "has an NVIDIA driver (nvidia-smi runs), but PyTorch, built for CUDA 13.0, cannot use it" in printed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # GPUs hidden on purpose: the driver is not to blame
+    assert guard.unusable_driver() is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(guard.shutil, "which", lambda name: None)  # no driver at all: plain "no GPU"
+    assert guard.unusable_driver() is None
