@@ -8,7 +8,8 @@ from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
 from .simqueue import SimulatedDevice
 from .simqueue import plot_timeline as plot_simulated_timeline
 from .timing import bandwidth, measure, measure_copy, synchronize
-from .trace import TraceEvent, busy_fraction, lanes, plot_timeline, read_chrome_trace
+from .trace import (TraceEvent, busy_fraction, device_work, host_rows, lanes, plot_timeline, ranges,
+                    read_chrome_trace, without_device_ranges)
 from .training import make_loader, make_net, synthetic_classification
 
 __all__ = [
@@ -21,7 +22,9 @@ __all__ = [
     "busy_fraction",
     "cpu",
     "device_and_backend",
+    "device_work",
     "gpu",
+    "host_rows",
     "lanes",
     "make_loader",
     "make_net",
@@ -35,6 +38,7 @@ __all__ = [
     "plot_simulated_timeline",
     "plot_timeline",
     "processes_to_start",
+    "ranges",
     "rank_device_and_backend",
     "read_chrome_trace",
     "saved_tensor_bytes",
@@ -43,4 +47,5 @@ __all__ = [
     "torchrun",
     "try_all_gpus",
     "try_gpu",
+    "without_device_ranges",
 ]

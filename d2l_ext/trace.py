@@ -10,6 +10,8 @@ with matplotlib, one bar per event, so that the gaps between operators show in a
 
 from __future__ import annotations
 
+import copy
+import gzip
 import json
 import os
 from dataclasses import dataclass
@@ -47,8 +49,10 @@ def _stream(event: dict[str, Any]) -> str:
 
 
 def read_chrome_trace(path: str | os.PathLike[str]) -> list[TraceEvent]:
-    """Return the complete events of a Chrome trace file, sorted by start, each in its host or device lane."""
-    with open(path, encoding="utf-8") as file:
+    """Return the complete events of a Chrome trace file (``.json``, or ``.json.gz`` as ``tensorboard_trace_handler``
+    writes with ``use_gzip=True``), sorted by start, each in its host or device lane."""
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as file:
         data = json.load(file)
     raw = data["traceEvents"] if isinstance(data, dict) else data
     # only events on a real process: kineto also writes spans on made-up ones ("Spans", "Traces")
@@ -79,6 +83,46 @@ def lanes(events: list[TraceEvent]) -> dict[str, list[TraceEvent]]:
     for event in sorted(events, key=lambda e: e.start):
         grouped.setdefault(event.lane, []).append(event)
     return dict(sorted(grouped.items(), key=lambda item: (not item[0].startswith("host"), item[0])))
+
+
+def ranges(events: list[TraceEvent], name: str | None = None) -> list[TraceEvent]:
+    """Return the ``record_function`` ranges (named ``name``, if given) as the host ran them, by start.
+
+    On a GPU the profiler also copies each range onto the device's stream (category ``gpu_user_annotation``,
+    spanning the range's kernels), so selecting ranges by name alone counts each one twice.
+    """
+    return sorted((e for e in events if e.category == "user_annotation" and (name is None or e.name == name)),
+                  key=lambda e: e.start)
+
+
+def device_work(events: list[TraceEvent]) -> list[TraceEvent]:
+    """Return the work the devices did (kernels, copies, memsets), without the copies of the host's ranges: a
+    range spans the gaps between its kernels, so counting it would call an idle device busy."""
+    return [e for e in events if e.lane.startswith("GPU") and e.category not in LABEL_CATEGORIES]
+
+
+def host_rows(averages: Any) -> list[Any]:
+    """Return the rows of ``prof.key_averages()`` that ran on the host (operators and ``record_function`` ranges).
+
+    With a GPU in the profile, each range has a second row, its device copy (same name, device type CUDA), and
+    each kernel its own row: counting calls over every row would count each range twice.
+    """
+    from torch.autograd import DeviceType  # here, so that reading a trace does not import torch
+
+    return [row for row in averages if row.device_type == DeviceType.CPU]
+
+
+def without_device_ranges(averages: Any) -> Any:
+    """Return ``prof.key_averages()`` without the device copies of ``record_function`` ranges, ready for
+    ``.table(sort_by="self_device_time_total")``: a copy's device time is its whole span, so it tops the table
+    without being work."""
+    from torch.autograd import DeviceType
+
+    kept = [row for row in averages if not (row.is_user_annotation and row.device_type != DeviceType.CPU)]
+    table = copy.copy(averages)  # an EventList, with its settings (device, memory, flops columns)
+    del table[:]
+    table.extend(kept)
+    return table
 
 
 def busy_fraction(events: list[TraceEvent], start: float | None = None, end: float | None = None) -> float:

@@ -99,3 +99,64 @@ def test_plot_timeline_draws_a_row_per_lane_and_labels_the_ranges(cpu_trace):
     empty = trace.plot_timeline([], title=None)
     assert empty.get_title() == "no events"
     plt.close(empty.figure)
+
+
+# A trace recorded on a CUDA GPU (a Quadro GP100) by torch.profiler: five SGD steps, each with the optimizer's
+# own record_function ranges. Source: facebookresearch/HolisticTraceAnalysis (MIT licence), commit 23eb7d5,
+# tests/data/with_gpu_user_annotation/step_based_trace_2543932.json.gz; copied unchanged.
+GPU_TRACE = os.path.join(os.path.dirname(__file__), "data", "traces", "gp100_sgd_steps.json.gz")
+STEP = "Optimizer.step#SGD.step"
+
+
+@pytest.fixture(scope="module")
+def gpu_trace() -> list[trace.TraceEvent]:
+    return trace.read_chrome_trace(GPU_TRACE)
+
+
+def test_a_recorded_gpu_trace_has_host_lanes_and_a_stream(gpu_trace):
+    # host thread 1: autograd's thread for the backward pass on CUDA
+    assert list(trace.lanes(gpu_trace)) == ["host thread 0", "host thread 1", "GPU 0 stream 7"]
+    categories = {e.category for e in gpu_trace if e.lane.startswith("GPU")}
+    assert categories == {"kernel", "gpu_memcpy", "gpu_user_annotation"}
+
+
+def test_each_range_is_counted_once_on_a_gpu(gpu_trace):
+    by_name = [e for e in gpu_trace if e.name == STEP]
+    assert len(by_name) == 10  # 5 steps: each range is also copied onto the stream (N3)
+    assert {e.lane for e in by_name} == {"host thread 0", "GPU 0 stream 7"}
+    steps = trace.ranges(gpu_trace, STEP)
+    assert len(steps) == 5 and {e.lane for e in steps} == {"host thread 0"}
+    assert len(trace.ranges(gpu_trace)) == 10  # the steps and the five zero_grad ranges
+
+
+def test_the_device_is_busy_only_where_it_works(gpu_trace):
+    steps = trace.ranges(gpu_trace, STEP)
+    on_device = [e for e in gpu_trace if e.lane.startswith("GPU")]
+    work = trace.device_work(gpu_trace)
+    assert len(on_device) - len(work) == 10 and all(e.category in ("kernel", "gpu_memcpy") for e in work)
+    busy = trace.busy_fraction(work, steps[0].start, steps[-1].end)
+    inflated = trace.busy_fraction(on_device, steps[0].start, steps[-1].end)
+    assert round(busy, 3) == 0.037 and round(inflated, 3) == 0.108  # the ranges' copies tripled it (N2)
+
+
+def test_host_rows_leave_out_device_copies_of_ranges():
+    from torch.autograd import DeviceType
+
+    class Row:  # what key_averages() returns on a GPU: a range has a host row and a device row
+        def __init__(self, key, device_type, is_user_annotation):
+            self.key, self.device_type, self.is_user_annotation = key, device_type, is_user_annotation
+
+    rows = [Row("train step", DeviceType.CPU, True), Row("train step", DeviceType.CUDA, True),
+            Row("aten::mm", DeviceType.CPU, False), Row("volta_sgemm", DeviceType.CUDA, False)]
+    assert [(r.key, r.device_type) for r in trace.host_rows(rows)] == [("train step", DeviceType.CPU),
+                                                                        ("aten::mm", DeviceType.CPU)]
+    kept = trace.without_device_ranges(rows)  # the kernels stay: the device-time table is about them
+    assert [(r.key, r.device_type) for r in kept] == [("train step", DeviceType.CPU), ("aten::mm", DeviceType.CPU),
+                                                      ("volta_sgemm", DeviceType.CUDA)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function("step"):
+            torch.ones(4).sum()
+    averages = prof.key_averages()
+    table = trace.without_device_ranges(averages)
+    assert type(table) is type(averages) and [r.key for r in table] == [r.key for r in averages]  # no GPU rows
+    assert "step" in table.table(sort_by="self_cpu_time_total")
