@@ -7,7 +7,7 @@ from .memory import memory_report, memory_table
 from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
 from .simqueue import SimulatedDevice
 from .simqueue import plot_timeline as plot_simulated_timeline
-from .timing import bandwidth, measure, measure_copy, synchronize
+from .timing import bandwidth, device_covers_host, host_seconds_for, measure, measure_copy, synchronize
 from .trace import (TraceEvent, busy_fraction, device_work, host_rows, lanes, plot_timeline, ranges,
                     read_chrome_trace, without_device_ranges)
 from .training import make_loader, make_net, synthetic_classification
@@ -22,9 +22,11 @@ __all__ = [
     "busy_fraction",
     "cpu",
     "device_and_backend",
+    "device_covers_host",
     "device_work",
     "gpu",
     "host_rows",
+    "host_seconds_for",
     "lanes",
     "make_loader",
     "make_net",

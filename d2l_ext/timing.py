@@ -78,3 +78,22 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type != "cpu":
         torch.accelerator.synchronize(device)
+
+
+def host_seconds_for(device: torch.device | str, launch_seconds: float, minimum: float = 0.0005) -> float:
+    """Return the host work per step for a demo of host-device overlap: ``minimum``, or on an asynchronous
+    device (a GPU) twice the host's time to launch a step if that is longer, so that the host work, not the
+    launches, is what the device's time is compared with."""
+    return minimum if torch.device(device).type == "cpu" else max(minimum, 2 * launch_seconds)
+
+
+def device_covers_host(device: torch.device | str, issued: float, done: float, host_seconds: float) -> bool:
+    """Return whether the device's own time per step is at least ``host_seconds`` of host work.
+
+    ``issued`` is the time per step until the host has launched the step, ``done`` until the device has
+    finished it. On a GPU the host launches (L) while the device computes (D), so ``done - issued`` is D - L,
+    and the device sets the pace of a loop with host work H once D >= H + L. On the CPU, host and device at
+    once, ``issued`` equals ``done`` and the whole step is the device's work.
+    """
+    own = done if torch.device(device).type == "cpu" else done - issued
+    return own >= host_seconds

@@ -108,3 +108,23 @@ def test_synchronize_waits_on_accelerators_only(monkeypatch):
     assert synced == []  # nothing queued on the CPU, and no accelerator call without one
     d2l_ext.synchronize("cuda:1")
     assert synced == [torch.device("cuda:1")]
+
+
+# N1 of the GPU review: the batch search of chapter 4 section 4.6 must stop on the device's own time, not on
+# the host's launch time, or a launch-bound GPU stops it at once.
+@pytest.mark.parametrize(("device", "issued", "done", "covers"), [
+    ("cpu", 0.0006, 0.0006, True),      # the CPU: the whole step is the device's work
+    ("cpu", 0.0004, 0.0004, False),
+    ("cuda", 0.0005, 0.0006, False),    # launch-bound GPU: done is mostly the launches
+    ("cuda", 0.0005, 0.0009, False),    # D = 0.9 ms < H + L = 1.0 ms
+    ("cuda", 0.0005, 0.0011, True),     # D >= H + L: the device sets the pace
+    ("mps", 0.0002, 0.0008, True),
+])
+def test_the_device_covers_the_host_only_beyond_its_launches(device, issued, done, covers):
+    assert d2l_ext.device_covers_host(device, issued, done, 0.0005) is covers
+
+
+def test_host_work_outlasts_the_launches_on_a_gpu():
+    assert d2l_ext.host_seconds_for("cpu", 0.003) == 0.0005
+    assert d2l_ext.host_seconds_for("cuda", 0.0001) == 0.0005
+    assert d2l_ext.host_seconds_for(torch.device("cuda", 0), 0.0006) == pytest.approx(0.0012)
