@@ -107,7 +107,7 @@ def host_rows(averages: Any) -> list[Any]:
     With a GPU in the profile, each range has a second row, its device copy (same name, device type CUDA), and
     each kernel its own row: counting calls over every row would count each range twice.
     """
-    from torch.autograd import DeviceType  # here, so that reading a trace does not import torch
+    from torch.profiler import DeviceType  # here, so that reading a trace does not import torch
 
     return [row for row in averages if row.device_type == DeviceType.CPU]
 
@@ -116,7 +116,7 @@ def without_device_ranges(averages: Any) -> Any:
     """Return ``prof.key_averages()`` without the device copies of ``record_function`` ranges, ready for
     ``.table(sort_by="self_device_time_total")``: a copy's device time is its whole span, so it tops the table
     without being work."""
-    from torch.autograd import DeviceType
+    from torch.profiler import DeviceType
 
     kept = [row for row in averages if not (row.is_user_annotation and row.device_type != DeviceType.CPU)]
     table = copy.copy(averages)  # an EventList, with its settings (device, memory, flops columns)

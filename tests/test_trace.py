@@ -140,7 +140,7 @@ def test_the_device_is_busy_only_where_it_works(gpu_trace):
 
 
 def test_host_rows_leave_out_device_copies_of_ranges():
-    from torch.autograd import DeviceType
+    from torch.profiler import DeviceType
 
     class Row:  # what key_averages() returns on a GPU: a range has a host row and a device row
         def __init__(self, key, device_type, is_user_annotation):
