@@ -8,8 +8,17 @@ from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
 from .simqueue import SimulatedDevice
 from .simqueue import plot_timeline as plot_simulated_timeline
 from .timing import bandwidth, device_covers_host, host_seconds_for, measure, measure_copy, synchronize
-from .trace import (TraceEvent, busy_fraction, device_work, host_rows, lanes, plot_timeline, ranges,
-                    read_chrome_trace, without_device_ranges)
+from .trace import (
+    TraceEvent,
+    busy_fraction,
+    device_work,
+    host_rows,
+    lanes,
+    plot_timeline,
+    ranges,
+    read_chrome_trace,
+    without_device_ranges,
+)
 from .training import make_loader, make_net, synthetic_classification
 
 __all__ = [

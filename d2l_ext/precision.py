@@ -14,9 +14,17 @@ from collections.abc import Callable
 
 import torch
 
+# AMD architectures (gcnArchName prefixes) with bfloat16 matrix instructions: CDNA 1-4, RDNA 3-4
+_AMD_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+
 
 def autocast_dtype(device_type: str) -> torch.dtype:
     """Return the 16-bit dtype to autocast to on ``device_type``: bfloat16 where it runs natively, else float16."""
+    if device_type == "cuda" and torch.version.hip:
+        # ROCm answers is_bf16_supported() with True for every AMD GPU; bfloat16 matrix instructions exist from
+        # CDNA 1 (gfx908, MI100) and RDNA 3 (gfx11) on, by AMD's ISA documents, not on gfx906 (MI50) or RDNA 2
+        arch = torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName
+        return torch.bfloat16 if arch.startswith(_AMD_BF16_ARCHS) else torch.float16
     if device_type == "cuda":
         # without including_emulation=False a T4 (compute capability 7.5) answers True: it can store bfloat16,
         # but has no bfloat16 Tensor Cores, so float16 is the fast type there

@@ -1,5 +1,7 @@
 """d2l_ext.precision, with what torch reports about the hardware controlled (never the machine's own)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -21,8 +23,25 @@ def test_cuda_uses_bfloat16_only_where_native(monkeypatch, native_bfloat16, expe
         return native_bfloat16 or including_emulation
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    monkeypatch.setattr(torch.version, "hip", None)  # an NVIDIA build
     assert autocast_dtype("cuda") == expected
     assert asked == {"including_emulation": False}
+
+
+# GPU review m11: ROCm's is_bf16_supported() is True on every AMD GPU, so the architecture decides
+@pytest.mark.parametrize(("arch", "expected"), [
+    ("gfx906:sramecc+:xnack-", torch.float16),  # MI50: no bfloat16 matrix instructions
+    ("gfx1030", torch.float16),                 # RDNA 2 (RX 6800)
+    ("gfx90a:sramecc+:xnack-", torch.bfloat16),  # MI210/MI250
+    ("gfx942:sramecc+:xnack-", torch.bfloat16),  # MI300X
+    ("gfx1100", torch.bfloat16),                # RDNA 3 (RX 7900)
+])
+def test_rocm_uses_bfloat16_only_on_architectures_with_it(monkeypatch, arch, expected):
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(gcnArchName=arch))
+    assert autocast_dtype("cuda") == expected
 
 
 @pytest.mark.parametrize(("macos_14", "expected"), [(True, torch.bfloat16), (False, torch.float16)])
