@@ -156,6 +156,7 @@ def plot_timeline(events: list[TraceEvent], ax: Any = None, title: str | None = 
                   skip_categories: tuple[str, ...] = ("python_function",), fontsize: float = 7) -> Any:
     """Draw the events as one bar each, a row per lane (record_function ranges above); return the matplotlib Axes."""
     import matplotlib.pyplot as plt  # here, so that reading a trace does not need matplotlib
+    from matplotlib.patches import Patch
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 2.5))
@@ -176,7 +177,7 @@ def plot_timeline(events: list[TraceEvent], ax: Any = None, title: str | None = 
         ax.broken_barh([((e.start - origin) / 1e3, e.duration / 1e3) for e in work], (row, 0.8),
                        facecolors=colour, edgecolor="none")
         ticks.append(row + 0.4)
-        names.append(lane)
+        names.append(f"{lane}: {'kernels, copies' if lane.startswith('GPU') else 'operators'}")
         row += 1
         depths = _depths(labels)
         for depth in range(max(depths, default=-1), -1, -1):  # the outermost ranges on top
@@ -190,12 +191,20 @@ def plot_timeline(events: list[TraceEvent], ax: Any = None, title: str | None = 
                     ax.text(left + width / 2, row + 0.4, event.name, ha="center", va="center", fontsize=fontsize,
                             clip_on=True)
             ticks.append(row + 0.4)
-            names.append(f"{lane}: record_function" if depth == 0 else "")
+            names.append(f"{lane}: record_function" if depth == 0 else f"ranges inside (level {depth + 1})")
             row += 1
         row += 0.3
     ax.set_yticks(ticks, names, fontsize=8)
     ax.set_xlim(0, span / 1e3)
     ax.set_xlabel("ms from the first event")
+    # a legend, so that every box can be told apart where its name does not fit inside it
+    handles = [Patch(facecolor="tab:blue", label="operator (host)")]
+    if any(lane.startswith("GPU") for lane in lanes(shown)):
+        handles.append(Patch(facecolor="tab:orange", label="kernel or copy (device)"))
+    handles += [Patch(facecolor=colours(index % 10), alpha=0.35, edgecolor="black", linewidth=0.5, label=name)
+                for name, index in names_seen.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=fontsize, frameon=False,
+              title="record_function ranges: boxes" if names_seen else None, title_fontsize=fontsize)
     if title:
         ax.set_title(title, fontsize=10)
     return ax

@@ -92,8 +92,11 @@ def test_plot_timeline_draws_a_row_per_lane_and_labels_the_ranges(cpu_trace):
 
     ax = trace.plot_timeline(cpu_trace, title="three steps")
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert "host thread 0" in labels and "host thread 0: record_function" in labels
+    assert "host thread 0: operators" in labels and "host thread 0: record_function" in labels
+    assert "ranges inside (level 2)" in labels  # "compute" inside "step"
     assert {t.get_text() for t in ax.texts} >= {"step"}
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0] == "operator (host)" and sorted(legend[1:]) == ["compute", "step"]  # every range named
     assert ax.get_title() == "three steps" and ax.get_xlim()[0] == 0
     plt.close(ax.figure)
     empty = trace.plot_timeline([], title=None)
