@@ -1,0 +1,180 @@
+"""Pictures of chapter 6's ideas, computed rather than drawn by hand: a data-parallel step, the ring
+all-reduce, and DDP's gradient buckets overlapping the backward pass.
+
+The ring all-reduce picture comes from running the algorithm (``ring_allreduce_steps``) on labels, and the
+bucket timeline from a small schedule (``bucket_schedule``): what they show is what the algorithm does, and the
+tests check it. The durations in the bucket timeline are chosen for the picture, not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def ring_allreduce_steps(n: int) -> list[list[list[frozenset[int]]]]:
+    """Run the ring all-reduce of ``n`` GPUs, each holding ``n`` chunks, on labels; return every state.
+
+    ``state[g][c]`` is the set of GPUs whose chunk ``c`` has been summed into GPU ``g``'s copy. Reduce-scatter:
+    for ``n - 1`` steps each GPU sends one chunk to the next GPU in the ring, which adds it to its own, so that
+    GPU ``g`` ends with the complete sum of chunk ``(g + 1) % n``. All-gather: ``n - 1`` more steps pass the
+    complete chunks on around the ring. Each GPU sends ``2 (n - 1)`` chunks of size 1/n in all.
+    """
+    if n < 2:
+        raise ValueError("a ring needs at least 2 GPUs")
+    state = [[frozenset({g}) for _ in range(n)] for g in range(n)]
+    states = [[row[:] for row in state]]
+    for step in range(n - 1):  # reduce-scatter
+        sent = [(g, (g - step) % n, state[g][(g - step) % n]) for g in range(n)]  # all send at once
+        for g, chunk, labels in sent:
+            state[(g + 1) % n][chunk] = state[(g + 1) % n][chunk] | labels
+        states.append([row[:] for row in state])
+    for step in range(n - 1):  # all-gather
+        sent = [(g, (g + 1 - step) % n, state[g][(g + 1 - step) % n]) for g in range(n)]
+        for g, chunk, labels in sent:
+            state[(g + 1) % n][chunk] = labels
+        states.append([row[:] for row in state])
+    return states
+
+
+def draw_ring_allreduce(n: int = 3, ax_row: Any = None) -> Any:
+    """Draw every state of the ring all-reduce of ``n`` GPUs as a grid (GPUs by chunks); return the Figure."""
+    import matplotlib.pyplot as plt  # here, so that the algorithm itself does not need matplotlib
+    from matplotlib.patches import Rectangle
+
+    states = ring_allreduce_steps(n)
+    if ax_row is None:
+        _, ax_row = plt.subplots(1, len(states), figsize=(2.0 * len(states), 1.1 + 0.45 * n))
+    titles = ["start"] + [f"reduce-scatter {s + 1}" for s in range(n - 1)] + [f"all-gather {s + 1}" for s in
+                                                                              range(n - 1)]
+    for ax, state, title in zip(ax_row, states, titles, strict=True):
+        for g in range(n):
+            for c in range(n):
+                labels = state[g][c]
+                complete = len(labels) == n
+                ax.add_patch(Rectangle((c, n - 1 - g), 0.92, 0.86, edgecolor="black", linewidth=0.6,
+                                           facecolor="tab:green" if complete else
+                                           plt.get_cmap("Blues")(0.25 + 0.5 * len(labels) / n)))
+                ax.text(c + 0.46, n - 1 - g + 0.43, "+".join(map(str, sorted(labels))), ha="center",
+                        va="center", fontsize=7)
+        ax.set_xlim(-0.1, n)
+        ax.set_ylim(-0.1, n)
+        ax.set_xticks([c + 0.46 for c in range(n)], [f"chunk {c}" for c in range(n)], fontsize=6)
+        ax.set_yticks([n - 1 - g + 0.43 for g in range(n)], [f"GPU {g}" for g in range(n)], fontsize=7)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.set_title(title, fontsize=8)
+    figure = ax_row[0].figure
+    figure.suptitle(f"ring all-reduce of {n} GPUs: the numbers say whose gradients a chunk holds "
+                    "(green: the complete sum)", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A span of the bucket timeline, in ms from the start of the backward pass."""
+
+    lane: str
+    name: str
+    start: float
+    end: float
+
+
+def bucket_schedule(backward_ms: list[float], buckets: list[int], allreduce_ms: list[float]) -> list[Interval]:
+    """Return the backward pass and the all-reduces of a DDP step as intervals.
+
+    ``backward_ms`` are the layers' backward times, last layer first (the order autograd computes them);
+    ``buckets`` says how many consecutive layers each bucket holds; ``allreduce_ms`` is each bucket's all-reduce
+    time. A bucket's all-reduce starts once its last gradient is computed and the previous all-reduce is done
+    (one communication stream), while the backward pass goes on: this is DDP's overlap. One bucket holding every
+    layer is the case without overlap.
+    """
+    if sum(buckets) != len(backward_ms) or len(buckets) != len(allreduce_ms):
+        raise ValueError("buckets must cover every layer once, with one all-reduce time per bucket")
+    intervals, clock = [], 0.0
+    ready = []
+    for index, duration in enumerate(backward_ms):
+        intervals.append(Interval("backward", f"layer {len(backward_ms) - index}", clock, clock + duration))
+        clock += duration
+        ready.append(clock)
+    free, last_layer = 0.0, -1
+    for number, (size, duration) in enumerate(zip(buckets, allreduce_ms, strict=True)):
+        last_layer += size
+        start = max(ready[last_layer], free)
+        intervals.append(Interval("all-reduce", f"bucket {number}", start, start + duration))
+        free = start + duration
+    return intervals
+
+
+def draw_ddp_buckets(ax_pair: Any = None) -> Any:
+    """Draw one DDP backward pass with three gradient buckets against one all-reduce at the end; return the Figure."""
+    import matplotlib.pyplot as plt
+
+    backward = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # six layers, 2 ms each (chosen for the picture)
+    cases = {"three buckets: all-reduces overlap the backward pass": bucket_schedule(backward, [2, 2, 2],
+                                                                                   [2.5, 2.5, 2.5]),
+             "one bucket: the all-reduce waits for the whole backward pass": bucket_schedule(backward, [6],
+                                                                                           [7.5])}
+    if ax_pair is None:
+        _, ax_pair = plt.subplots(2, 1, figsize=(8, 3.2), sharex=True)
+    colours = {"backward": "tab:orange", "all-reduce": "tab:purple"}
+    for ax, (title, intervals) in zip(ax_pair, cases.items(), strict=True):
+        rows = {"backward": 1, "all-reduce": 0}
+        for interval in intervals:
+            ax.broken_barh([(interval.start, interval.end - interval.start)], (rows[interval.lane] - 0.35, 0.7),
+                           facecolors=colours[interval.lane], edgecolor="black", linewidth=0.5)
+            ax.text((interval.start + interval.end) / 2, rows[interval.lane], interval.name, ha="center",
+                    va="center", fontsize=7, color="white")
+        end = max(i.end for i in intervals)
+        ax.axvline(end, color="black", linestyle=":", linewidth=1)
+        ax.text(end + 0.2, 0.5, f"step done\nat {end:g} ms", fontsize=7, va="center")
+        ax.set_yticks([1, 0], ["backward (compute)", "all-reduce (communication)"], fontsize=8)
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_title(title, fontsize=9)
+    ax_pair[-1].set_xlabel("ms from the start of the backward pass (durations chosen for the picture)")
+    ax_pair[-1].set_xlim(0, 24)
+    figure = ax_pair[0].figure
+    figure.tight_layout()
+    return figure
+
+
+def draw_data_parallel_step(ax: Any = None) -> Any:
+    """Draw one data-parallel training step on two GPUs, from the split batch to the identical update."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 2.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 4)
+    ax.axis("off")
+
+    def box(x: float, y: float, text: str, colour: str, width: float = 1.6) -> None:
+        ax.add_patch(Rectangle((x - width / 2, y - 0.35), width, 0.7, facecolor=colour, edgecolor="black",
+                                   linewidth=0.6))
+        ax.text(x, y, text, ha="center", va="center", fontsize=7.5)
+
+    def arrow(x0: float, y0: float, x1: float, y1: float) -> None:
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops={"arrowstyle": "->", "linewidth": 0.8})
+
+    box(0.9, 2.0, "minibatch\n(global batch)", "lightgray", width=1.5)
+    ax.add_patch(Rectangle((6.4, 1.55), 1.4, 0.9, facecolor="white", edgecolor="tab:purple", linewidth=1.2,
+                               linestyle="--"))
+    ax.text(7.1, 2.0, "all-reduce:\nmean of the\ngradients", ha="center", va="center", fontsize=7.5,
+            color="tab:purple")
+    for gpu, y in ((0, 3.1), (1, 0.9)):
+        box(3.0, y, f"half {gpu}\non GPU {gpu}", "lightsteelblue")
+        box(5.1, y, f"model copy {gpu}:\nforward, backward", "moccasin", width=1.9)
+        box(7.1, y, f"gradient {gpu}", "thistle")
+        box(9.1, y, f"same update\non GPU {gpu}", "palegreen", width=1.5)
+        arrow(1.65, 2.0, 2.2, y)
+        arrow(3.8, y, 4.15, y)
+        arrow(6.05, y, 6.3, y)
+        toward = 2.45 if y > 2 else 1.55  # each gradient goes into the all-reduce, whose mean goes to every GPU
+        arrow(6.9, y - 0.35 if y > 2 else y + 0.35, 6.9, toward)
+        arrow(7.8, toward, 8.35, y)
+    ax.set_title("one data-parallel step: each GPU holds the whole model and computes on its half of the batch",
+                 fontsize=9)
+    return ax

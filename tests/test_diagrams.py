@@ -1,0 +1,59 @@
+"""d2l_ext.diagrams: the ring all-reduce and the bucket schedule behind chapter 6's pictures, and the pictures."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+
+from d2l_ext import diagrams
+
+matplotlib.use("Agg")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_the_ring_ends_with_every_sum_on_every_gpu(n):
+    states = diagrams.ring_allreduce_steps(n)
+    everyone = frozenset(range(n))
+    assert len(states) == 1 + 2 * (n - 1)
+    assert all(chunk == frozenset({g}) for g, row in enumerate(states[0]) for chunk in row)
+    after_reduce_scatter = states[n - 1]
+    for g in range(n):  # GPU g holds the complete sum of chunk g + 1, and only of that chunk
+        complete = [c for c in range(n) if after_reduce_scatter[g][c] == everyone]
+        assert complete == [(g + 1) % n]
+    assert all(chunk == everyone for row in states[-1] for chunk in row)
+
+
+def test_each_step_moves_one_chunk_per_gpu():
+    n = 4
+    states = diagrams.ring_allreduce_steps(n)
+    for before, after in zip(states, states[1:], strict=False):
+        changed = [(g, c) for g in range(n) for c in range(n) if before[g][c] != after[g][c]]
+        assert len(changed) == n and sorted(g for g, _ in changed) == list(range(n))  # each GPU receives one
+
+
+def test_buckets_overlap_the_backward_pass():
+    backward = [2.0] * 6
+    overlapped = diagrams.bucket_schedule(backward, [2, 2, 2], [2.5] * 3)
+    alone = diagrams.bucket_schedule(backward, [6], [7.5])
+    reduces = [i for i in overlapped if i.lane == "all-reduce"]
+    assert [(i.start, i.end) for i in reduces] == [(4.0, 6.5), (8.0, 10.5), (12.0, 14.5)]  # after their layers
+    assert max(i.end for i in overlapped) == 14.5 and max(i.end for i in alone) == 19.5
+    waiting = diagrams.bucket_schedule([1.0] * 4, [1, 1, 1, 1], [3.0] * 4)  # slow link: all-reduces queue up
+    assert [i.start for i in waiting if i.lane == "all-reduce"] == [1.0, 4.0, 7.0, 10.0]
+    with pytest.raises(ValueError):
+        diagrams.bucket_schedule(backward, [2, 2], [1.0, 1.0])
+
+
+def test_the_pictures_show_what_the_algorithms_computed():
+    import matplotlib.pyplot as plt
+
+    ring = diagrams.draw_ring_allreduce(3)
+    assert [ax.get_title() for ax in ring.axes] == ["start", "reduce-scatter 1", "reduce-scatter 2", "all-gather 1",
+                                                     "all-gather 2"]
+    assert [t.get_text() for t in ring.axes[-1].texts] == ["0+1+2"] * 9
+    buckets = diagrams.draw_ddp_buckets()
+    assert "step done\nat 14.5 ms" in [t.get_text() for t in buckets.axes[0].texts]
+    assert "step done\nat 19.5 ms" in [t.get_text() for t in buckets.axes[1].texts]
+    step = diagrams.draw_data_parallel_step()
+    assert {"gradient 0", "gradient 1"} <= {t.get_text() for t in step.texts}
+    plt.close("all")
