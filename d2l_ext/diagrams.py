@@ -178,3 +178,52 @@ def draw_data_parallel_step(ax: Any = None) -> Any:
     ax.set_title("one data-parallel step: each GPU holds the whole model and computes on its half of the batch",
                  fontsize=9)
     return ax
+
+
+# the caching allocator's state in chapter 2's picture: segments reserved from the driver, each cut into blocks
+# (name, MiB, live); sizes chosen for the picture
+ALLOCATOR_SEGMENTS = [[("x", 6, True), ("", 4, False), ("y", 6, True), ("", 4, False)],
+                      [("z", 12, True), ("", 8, False)]]
+
+
+def allocator_numbers(segments: list[list[tuple[str, int, bool]]], request: int) -> dict[str, int | bool]:
+    """Return what the allocator's counters say about ``segments``, and whether ``request`` MiB fits a free block."""
+    blocks = [block for segment in segments for block in segment]
+    free = [size for _, size, live in blocks if not live]
+    return {"allocated": sum(size for _, size, live in blocks if live), "reserved": sum(size for _, size, _ in blocks),
+            "cached": sum(free), "largest free block": max(free, default=0), "fits": max(free, default=0) >= request}
+
+
+def draw_caching_allocator(request: int = 10, ax: Any = None) -> Any:
+    """Draw the caching allocator's segments and blocks, and a request that no single free block can hold."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 2.6))
+    numbers = allocator_numbers(ALLOCATOR_SEGMENTS, request)
+    for row, segment in enumerate(ALLOCATOR_SEGMENTS):
+        y, x = len(ALLOCATOR_SEGMENTS) - row, 0.0
+        for name, size, live in segment:
+            ax.add_patch(Rectangle((x, y - 0.3), size, 0.6, facecolor="tab:blue" if live else "gainsboro",
+                                   edgecolor="black", linewidth=0.8))
+            ax.text(x + size / 2, y, f"tensor {name}\n{size} MiB" if live else f"cached\n{size} MiB", ha="center",
+                    va="center", fontsize=7, color="white" if live else "black")
+            x += size
+        ax.text(-0.5, y, f"segment {row + 1}\n({x:g} MiB reserved)", ha="right", va="center", fontsize=7.5)
+    ax.add_patch(Rectangle((24, 2.7), request, 0.6, facecolor="tab:red", alpha=0.5, edgecolor="black"))
+    ax.text(24 + request / 2, 3.0, f"new tensor: {request} MiB", ha="center", va="center", fontsize=7.5)
+    ax.text(24, 2.35, f"{numbers['cached']} MiB are cached, but the largest free block holds\n"
+            f"{numbers['largest free block']} MiB: the allocator asks the driver for a new segment\n"
+            "(or raises out of memory if the GPU is full): fragmentation", fontsize=7, va="top")
+    ax.set_xlim(-9, 40)
+    ax.set_ylim(0.4, 3.5)
+    ax.axis("off")
+    ax.legend(handles=[Patch(facecolor="tab:blue", edgecolor="black",
+                             label=f"allocated (live tensors): {numbers['allocated']} MiB"),
+                       Patch(facecolor="gainsboro", edgecolor="black",
+                             label=f"cached, free: {numbers['cached']} MiB")],
+              loc="lower left", bbox_to_anchor=(0.0, -0.05), fontsize=7, frameon=False, ncols=2)
+    ax.set_title(f"the caching allocator (a schematic): memory_allocated {numbers['allocated']} MiB, "
+                 f"memory_reserved {numbers['reserved']} MiB", fontsize=9)
+    return ax

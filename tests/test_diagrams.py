@@ -57,3 +57,16 @@ def test_the_pictures_show_what_the_algorithms_computed():
     step = diagrams.draw_data_parallel_step()
     assert {"gradient 0", "gradient 1"} <= {t.get_text() for t in step.texts}
     plt.close("all")
+
+
+def test_the_allocator_picture_adds_up():
+    import matplotlib.pyplot as plt
+
+    numbers = diagrams.allocator_numbers(diagrams.ALLOCATOR_SEGMENTS, 10)
+    assert numbers == {"allocated": 24, "reserved": 40, "cached": 16, "largest free block": 8, "fits": False}
+    assert diagrams.allocator_numbers(diagrams.ALLOCATOR_SEGMENTS, 8)["fits"] is True
+    ax = diagrams.draw_caching_allocator()
+    assert "memory_allocated 24 MiB, memory_reserved 40 MiB" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["allocated (live tensors): 24 MiB",
+                                                                   "cached, free: 16 MiB"]
+    plt.close("all")
