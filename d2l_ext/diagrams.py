@@ -227,3 +227,43 @@ def draw_caching_allocator(request: int = 10, ax: Any = None) -> Any:
     ax.set_title(f"the caching allocator (a schematic): memory_allocated {numbers['allocated']} MiB, "
                  f"memory_reserved {numbers['reserved']} MiB", fontsize=9)
     return ax
+
+
+def draw_host_and_devices(ax: Any = None) -> Any:
+    """Draw chapter 1's picture: the host and two GPUs, each a device with its own memory, and what one process
+    sees of them (with CUDA_VISIBLE_DEVICES=1, physical GPU 1 is the process's cuda:0)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 3.9))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.45, 4.3)
+    ax.axis("off")
+
+    def box(x: float, y: float, w: float, h: float, colour: str, text: str = "", size: float = 7.5) -> None:
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.03", facecolor=colour, edgecolor="black",
+                                    linewidth=0.7))
+        if text:
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size)
+
+    box(0.2, 0.5, 3.4, 3.5, "whitesmoke")
+    ax.text(1.9, 3.75, "host: torch.device('cpu')", ha="center", fontsize=8.5, weight="bold")
+    box(0.45, 2.35, 1.35, 1.05, "lightsteelblue", "CPU\n(a few fast\ncores)")
+    box(2.0, 2.35, 1.35, 1.05, "wheat", "host memory\n(RAM)")
+    box(0.45, 0.75, 2.9, 1.2, "white", "your Python process:\nruns the program, launches\nwork on the devices")
+    for index, y in enumerate((2.45, 0.25)):
+        box(6.0, y, 3.7, 1.75, "honeydew")
+        ax.text(7.85, y + 1.48, f"GPU {index} (physical)", ha="center", fontsize=8.5, weight="bold")
+        box(6.2, y + 0.2, 1.6, 1.0, "palegreen", "streaming\nmultiprocessors\n(thousands of\nsimple cores)", 6.5)
+        box(7.95, y + 0.2, 1.55, 1.0, "wheat", "GPU memory\n(its own)", 7)
+        ax.annotate("", xy=(6.0, y + 0.9), xytext=(3.6, 2.2), arrowprops={"arrowstyle": "<->", "linewidth": 1})
+    ax.text(4.8, 2.95, "PCIe (or NVLink-C2C):\ncopies between host\nand GPU memory", ha="center", fontsize=7)
+    ax.annotate("", xy=(9.85, 2.45), xytext=(9.85, 2.0), arrowprops={"arrowstyle": "<->", "linewidth": 1})
+    ax.text(9.9, 2.22, " NVLink or\n PCIe peer", fontsize=6.5, va="center")
+    ax.text(1.9, 0.4, "the process sees cuda:0 = GPU 0, cuda:1 = GPU 1;\n"
+            "with CUDA_VISIBLE_DEVICES=1 only GPU 1, as cuda:0", ha="center", va="top", fontsize=7.5,
+            color="tab:blue")
+    ax.set_title("devices: processors with their own memory, on which PyTorch keeps tensors and runs operations",
+                 fontsize=9)
+    return ax

@@ -70,3 +70,12 @@ def test_the_allocator_picture_adds_up():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["allocated (live tensors): 24 MiB",
                                                                    "cached, free: 16 MiB"]
     plt.close("all")
+
+
+def test_the_host_and_devices_picture_names_the_parts():
+    import matplotlib.pyplot as plt
+
+    texts = {t.get_text() for t in diagrams.draw_host_and_devices().texts}
+    assert {"host: torch.device('cpu')", "GPU 0 (physical)", "GPU 1 (physical)"} <= texts
+    assert any("CUDA_VISIBLE_DEVICES=1 only GPU 1, as cuda:0" in t for t in texts)
+    plt.close("all")
