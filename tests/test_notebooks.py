@@ -72,8 +72,11 @@ def test_no_machine_paths(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
 def test_chapter_has_summary_exercises_and_tested_solutions(path):
-    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
-    assert "## Summary" in text and "## Exercises" in text
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    text = "\n".join(cells)
+    # each in a cell of its own, so that a teacher can find, move or replace it whole
+    assert [c.split("\n", 1)[0] for c in cells if "## Summary" in c or "## Exercises" in c] == ["## Summary",
+                                                                                                  "## Exercises"]
     solutions = NOTEBOOKS / "solutions" / path.name
     assert solutions.exists(), f"no {solutions.relative_to(NOTEBOOKS)}"
     assert f"(solutions/{path.name})" in text, "the chapter does not link to its solutions"
