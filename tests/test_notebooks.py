@@ -77,6 +77,8 @@ def test_chapter_has_summary_exercises_and_tested_solutions(path):
     # each in a cell of its own, so that a teacher can find, move or replace it whole
     assert [c.split("\n", 1)[0] for c in cells if "## Summary" in c or "## Exercises" in c] == ["## Summary",
                                                                                                   "## Exercises"]
+    summary = next(c for c in cells if c.startswith("## Summary"))
+    assert "**Read more:**" in summary and "](https://docs.pytorch.org/" in summary  # PyTorch's own documentation
     solutions = NOTEBOOKS / "solutions" / path.name
     assert solutions.exists(), f"no {solutions.relative_to(NOTEBOOKS)}"
     assert f"(solutions/{path.name})" in text, "the chapter does not link to its solutions"
