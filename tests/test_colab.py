@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -63,3 +64,16 @@ def test_setup_on_colab_clones_installs_and_moves_in():
     solution = run_setup(colab.NOTEBOOKS / "solutions" / "06_multi_gpu.ipynb", on_colab=True)
     assert solution[2] == "%cd /content/course/notebooks/solutions"
     assert colab.d2l_requirement() == "d2l==1.0.3"
+
+
+def test_setup_on_colab_says_when_colabs_torch_is_too_old(monkeypatch, capsys):
+    from d2l_ext import compat
+
+    asked = []
+    monkeypatch.setattr(compat, "torch_check", lambda notebooks: asked.append(notebooks) or "torch 2.5.1 is older")
+    run_setup(colab.NOTEBOOKS / "04_async_and_gil.ipynb", on_colab=True)
+    assert capsys.readouterr().out == "torch 2.5.1 is older\n"
+    assert asked == [Path("/content/course/notebooks")]  # the clone's notebooks, not the installed package's
+    monkeypatch.setattr(compat, "torch_check", lambda notebooks: None)
+    run_setup(colab.NOTEBOOKS / "04_async_and_gil.ipynb", on_colab=True)
+    assert capsys.readouterr().out == ""  # nothing printed when the torch is new enough
