@@ -267,3 +267,53 @@ def draw_host_and_devices(ax: Any = None) -> Any:
     ax.set_title("devices: processors with their own memory, on which PyTorch keeps tensors and runs operations",
                  fontsize=9)
     return ax
+
+
+def draw_copy_paths(ax: Any = None) -> Any:
+    """Draw chapter 3's map: where a tensor's bytes can live and the paths a copy takes between them."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.2))
+    ax.set_xlim(0, 11.2)
+    ax.set_ylim(-0.3, 5.5)
+    ax.axis("off")
+
+    def box(x: float, y: float, w: float, h: float, text: str, color: str, size: float = 8, bold: bool = False,
+            outline: float = 1.0) -> None:
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", facecolor=color,
+                                    edgecolor="black", linewidth=outline))
+        if bold:
+            ax.text(x + w / 2, y + h - 0.3, text, ha="center", fontsize=size, weight="bold")
+        else:
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size)
+
+    def arrow(start: tuple[float, float], end: tuple[float, float], dashed: bool = False) -> None:
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="<|-|>", mutation_scale=10, linewidth=1.2,
+                                     linestyle="--" if dashed else "-", color="black"))
+
+    box(0.1, 0.2, 3.4, 5.1, "host: CPU and its memory (RAM)", "#f2f2f2", bold=True)
+    box(0.3, 3.8, 2.95, 0.85, "CPU cores\n(run Python, queue GPU work)", "#ffe8cc")
+    box(0.3, 2.2, 2.95, 0.95, "pageable memory\n(every ordinary tensor)", "#dbe9f6")
+    box(0.3, 0.45, 2.95, 0.95, "pinned (page-locked) memory\n.pin_memory(), pin_memory=True", "#cfe8cf")
+    ax.add_patch(FancyArrowPatch((1.2, 2.2), (1.2, 1.4), arrowstyle="-|>", mutation_scale=10, linewidth=1.2))
+    ax.text(1.3, 1.8, "the CPU copies into a pinned\nstaging buffer (pageable copies)", va="center",
+            fontsize=6.2)
+    for y, name in [(3.05, "GPU 0 (cuda:0)"), (0.2, "GPU 1 (cuda:1)")]:
+        box(6.5, y, 3.0, 2.25, name, "#f7ecf7", bold=True)
+        box(6.7, y + 0.55, 1.15, 0.9, "copy\nengine\n(DMA)", "#fff2b3", size=7)
+        box(8.05, y + 0.2, 1.25, 1.5, "GPU memory\n(its tensors)", "#e6d5f0", size=7)
+    arrow((3.3, 1.3), (6.7, 4.15))
+    ax.text(4.75, 4.2, "host <-> GPU:\nPCIe (or NVLink-C2C),\nmoved by the copy engine,\nno CPU work",
+            ha="center", fontsize=7, rotation=0)
+    arrow((8.7, 3.25), (8.7, 2.25))
+    ax.text(9.75, 2.75, "GPU <-> GPU:\npeer to peer\n(NVLink or PCIe)\nif can_device_\naccess_peer", va="center",
+            fontsize=7)
+    arrow((6.7, 3.75), (3.3, 0.95), dashed=True)
+    arrow((3.3, 0.7), (6.7, 1.0), dashed=True)
+    ax.text(5.0, 0.42, "no peer access: GPU to GPU\ngoes through host memory (dashed)", ha="center",
+            fontsize=6.5, style="italic")
+    ax.text(5.6, -0.2, "Apple silicon and integrated GPUs have no such link: one memory serves the CPU and the GPU.",
+            ha="center", fontsize=7, style="italic")
+    return ax

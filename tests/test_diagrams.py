@@ -79,3 +79,13 @@ def test_the_host_and_devices_picture_names_the_parts():
     assert {"host: torch.device('cpu')", "GPU 0 (physical)", "GPU 1 (physical)"} <= texts
     assert any("CUDA_VISIBLE_DEVICES=1 only GPU 1, as cuda:0" in t for t in texts)
     plt.close("all")
+
+
+def test_the_copy_map_names_every_path():
+    import matplotlib.pyplot as plt
+
+    texts = " ".join(t.get_text() for t in diagrams.draw_copy_paths().texts)
+    for part in ("pageable memory", "pinned (page-locked) memory", "copy\nengine", "peer to peer",
+                 "goes through host memory", "Apple silicon"):
+        assert part in texts
+    plt.close("all")
