@@ -76,7 +76,7 @@ def resolves(name: str) -> bool:
             continue
         try:
             target = importlib.import_module(".".join(parts[: index + 1]))
-        except ImportError:
+        except Exception:  # missing, or failing to import in this build: either way a chapter cannot use it
             return False
     return True
 

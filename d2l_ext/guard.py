@@ -26,7 +26,8 @@ _VENDOR = {"cuda": "CUDA (NVIDIA, or AMD with ROCm)", "mps": "Apple MPS", "xpu":
 def unusable_driver() -> str | None:
     """Return the CUDA version torch is built for when an NVIDIA driver is installed (nvidia-smi) but torch finds
     no GPU and none is hidden on purpose (CUDA_VISIBLE_DEVICES): most often a driver older than that CUDA needs."""
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hidden = visible is not None and visible.strip() in ("", "-1")  # every GPU hidden on purpose
     if torch.version.cuda and not hidden and shutil.which("nvidia-smi") and not torch.cuda.is_available():
         return torch.version.cuda
     return None

@@ -116,6 +116,8 @@ def test_a_driver_that_torch_cannot_use_is_named_not_called_no_gpu(monkeypatch, 
     printed = capsys.readouterr().out
     assert printed.count("\n") == 1 and "no GPU" not in printed
     assert "has an NVIDIA driver (nvidia-smi runs), but PyTorch, built for CUDA 13.0, cannot use it" in printed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU chosen: the driver is still to blame
+    assert guard.unusable_driver() == "13.0"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # GPUs hidden on purpose: the driver is not to blame
     assert guard.unusable_driver() is None
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
