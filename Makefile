@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/venv_disk.py)
+SEED_FROM ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
 # Jupyter refuses to run as root (containers, CI) unless told to
@@ -47,10 +49,12 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	  "Python 3.10 to 3.13 is needed; $(PYTHON) is %d.%d. Run: make PYTHON=python3.11 ..." % v[:2])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
+	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py seed $(SEED_FROM))
 	$(BIN)/python -m pip install -r requirements.txt
 	$(BIN)/python -m pip install --no-deps -r requirements-d2l.txt
 	$(BIN)/python -m pip install --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (d2l_ext)"
+	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py dedupe $(SEED_FROM))
 	touch $@
 
 lab: env
@@ -89,7 +93,7 @@ test-matrix: env
 # The notebooks on Colab's packages (tests/envs/colab.txt) and Colab's Python, given as PYTHON= (a 3.13):
 # without it, one line says what to install; no other Python is taken in its place
 test-colab:
-	python3 tools/colab_stack.py --python $(PYTHON)
+	python3 tools/colab_stack.py --python $(PYTHON) $(COLAB_ARGS)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
 check-tags: env

@@ -26,7 +26,7 @@ def test_the_combined_runs_cover_every_single_change():
 
 def test_combined_is_the_default_and_each_is_nine_runs(monkeypatch, tmp_path):
     chosen = []
-    monkeypatch.setattr(test_matrix, "run_variant", lambda variant, folder: chosen.append(variant) or
+    monkeypatch.setattr(test_matrix, "run_variant", lambda variant, folder, remove=False: chosen.append(variant) or
                         test_matrix.Result(variant, passed=1))
     assert test_matrix.main(["--report", str(tmp_path / "r.md")]) == 0
     assert chosen == COMBINED
@@ -34,3 +34,37 @@ def test_combined_is_the_default_and_each_is_nine_runs(monkeypatch, tmp_path):
     assert test_matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
     assert chosen == EACH and len(EACH) == 9
     assert "| Python 3.12 (fresh venv) | 1 | 0 |" in (tmp_path / "r.md").read_text()
+
+
+class Ran:
+    """What run_variant gave `make`: its arguments and environment."""
+
+    def __init__(self):
+        self.arguments: list[str] = []
+
+    def __call__(self, command, **kwargs):
+        import subprocess
+        self.arguments = command
+        return subprocess.CompletedProcess(command, 0, stdout="3 passed in 1.0s\n", stderr="")
+
+
+def test_a_python_variant_builds_a_seeded_venv_when_the_disk_has_room(monkeypatch, tmp_path):
+    ran = Ran()
+    monkeypatch.setattr(test_matrix.subprocess, "run", ran)
+    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
+    result = test_matrix.run_variant(COMBINED[0], tmp_path)
+    assert "PYTHON=/usr/bin/python3.10" in ran.arguments and "SEED_FROM=.venv" in ran.arguments
+    assert (result.passed, result.failed, result.note) == (3, 0, "")
+
+
+def test_a_full_disk_runs_the_settings_on_make_tests_python_and_says_so(monkeypatch, tmp_path):
+    ran = Ran()
+    monkeypatch.setattr(test_matrix.subprocess, "run", ran)
+    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: 1.25)
+    monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-python3.10 built there
+    result = test_matrix.run_variant(COMBINED[0], tmp_path)
+    assert not any(a.startswith(("PYTHON=", "VENV=", "SEED_FROM=")) for a in ran.arguments)
+    assert "TEST_THREADS=" in ran.arguments  # the variant's other settings still apply
+    assert result.note.startswith("python3.10 NOT RUN: 1.2 GiB free")

@@ -6,7 +6,8 @@ colab.txt names: no other is taken in its place) and runs every notebook under n
 does. Outputs tagged `build-dependent` are compared only under the torch build that made them (the harness
 reads it from the notebook's metadata), so they run here but are not compared.
 
-Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [pytest arguments ...]
+Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [--remove-venv] [--skip-if-no-disk]
+       [pytest arguments ...]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tools.colab_env import TARGET, colab_python  # noqa: E402
 from tools.test_matrix import find_python  # noqa: E402
+from tools.venv_disk import COLAB_VENV_GIB, free_gib  # noqa: E402
 
 NUMERIC_ENV = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
 
@@ -52,11 +54,13 @@ def build(python: str, venv: Path) -> Path:
     if stamp.exists() and stamp.read_text() == digest and bin_python.exists():
         return bin_python
     shutil.rmtree(venv, ignore_errors=True)
-    steps = [[python, "-m", "venv", str(venv)],
+    seed = [[str(bin_python), str(REPO / "tools" / "venv_disk.py"), step, str(REPO / ".venv")]
+            for step in ("seed", "dedupe")] if (REPO / ".venv" / ".installed").exists() else [[], []]
+    steps = [[python, "-m", "venv", str(venv)], seed[0],
              [str(bin_python), "-m", "pip", "install", "-q", "-r", str(TARGET)],
              [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(REPO / "requirements-d2l.txt")],
-             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)]]
-    for step in steps:
+             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)], seed[1]]
+    for step in filter(None, steps):
         print("+ " + " ".join(step), flush=True)
         subprocess.run(step, check=True, cwd=REPO)
     stamp.write_text(digest)
@@ -67,14 +71,29 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--python", required=True, help="Colab's Python version, e.g. python3.13 or a path")
     parser.add_argument("--venv", type=Path, default=REPO / ".venv-colab")
+    parser.add_argument("--remove-venv", action="store_true", help="delete the venv after the run (CI's disk)")
+    parser.add_argument("--skip-if-no-disk", action="store_true",
+                        help="print a banner and exit 0 when the venv does not fit on the disk (CI)")
     args, pytest_args = parser.parse_known_args(argv)
     wanted = colab_python(TARGET.read_text())
-    python = build(interpreter(args.python, wanted), args.venv)
+    python_path = interpreter(args.python, wanted)
+    free = free_gib(REPO)
+    if not (args.venv / ".colab-installed").exists() and free < COLAB_VENV_GIB:
+        message = (f"make test-colab NOT RUN: {free:.1f} GiB free, and {args.venv.name} (another torch) needs "
+                   f"about {COLAB_VENV_GIB:.0f} GiB: free some disk and run it again")
+        if args.skip_if_no_disk:  # CI: a full disk must not hide what make test said
+            print("=" * 80 + f"\n{message}\n" + "=" * 80, flush=True)
+            return 0
+        sys.exit(message)
+    python = build(python_path, args.venv)
     command = [str(python), "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
                "tests/sanitize.cfg", "--nbval-cell-timeout", "300", "-n", "2", "--dist", "loadfile", "-q",
                *(pytest_args or ["notebooks"])]
     print("+ " + " ".join(command), flush=True)
-    return subprocess.run(command, cwd=REPO, env={**os.environ, **NUMERIC_ENV}).returncode
+    code = subprocess.run(command, cwd=REPO, env={**os.environ, **NUMERIC_ENV}).returncode
+    if args.remove_venv:
+        shutil.rmtree(args.venv, ignore_errors=True)
+    return code
 
 
 if __name__ == "__main__":

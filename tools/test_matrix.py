@@ -27,12 +27,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tools.venv_disk import SEEDED_VENV_GIB, free_gib  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,26 @@ def find_python(name: str) -> str | None:
     return None
 
 
-def run_variant(variant: Variant, log_folder: Path) -> Result:
+def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
     environment = {**os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log), **variant.environment}
-    arguments = []
+    arguments, fresh = [], False
+    venv = REPO / f".venv-{variant.python}"
     if variant.python:
         python = find_python(variant.python)
         if python is None:
             result.note = f"{variant.python} not found (on PATH, or under pyenv's versions): install it"
             result.failed = 1
             return result
-        arguments = [f"PYTHON={python}", f"VENV=.venv-{variant.python}"]
+        free = free_gib(REPO)
+        if not (venv / ".installed").exists() and free < SEEDED_VENV_GIB:
+            # Too little disk for another torch: keep the variant's other settings, on make test's Python
+            result.note = (f"{variant.python} NOT RUN: {free:.1f} GiB free, a new venv needs "
+                           f"{SEEDED_VENV_GIB:.0f}; ran on .venv's Python")
+            variant = Variant(variant.name, variant.environment, None, variant.pins)
+        else:
+            arguments, fresh = [f"PYTHON={python}", f"VENV={venv.name}", "SEED_FROM=.venv"], True
     if not variant.pins:
         arguments += ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
     start = time.perf_counter()
@@ -125,8 +134,13 @@ def run_variant(variant: Variant, log_folder: Path) -> Result:
     if done.returncode != 0:
         result.failed = max(result.failed, 1)
         failures = re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M)
-        result.note = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
+        failure = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
+        result.note = f"{result.note}; {failure}" if result.note else failure
         (log_folder / (drift_log.stem + ".log")).write_text(output)
+        print("  the last lines it printed (CI keeps no log folder):\n    "
+              + "\n    ".join(output.strip().splitlines()[-20:]), flush=True)
+    if remove_venv and fresh:
+        shutil.rmtree(venv, ignore_errors=True)
     drifts = [json.loads(line)["drift"] for line in drift_log.read_text().splitlines()] if drift_log.exists() else []
     numeric = [d for d in drifts if d is not None]
     result.largest_drift = max(numeric, default=0.0)
@@ -149,6 +163,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--each", action="store_true", help="run each change alone (nine runs), not combined")
     parser.add_argument("--only", help="comma-separated variant names (or unique prefixes), single or combined")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
+    parser.add_argument("--remove-venvs", action="store_true",
+                        help="delete each fresh venv after its run (CI: a CUDA build of torch per Python fills disks)")
     parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))
     args = parser.parse_args(argv)
     if args.list:
@@ -161,11 +177,13 @@ def main(argv: list[str]) -> int:
         chosen = [v for v in VARIANTS if any(v.name.startswith(w) for w in wanted)]
         if not chosen:
             parser.error(f"no variant matches {args.only!r}; see --list")
-    log_folder = Path(tempfile.mkdtemp(prefix="test-matrix-"))
+    log_folder = REPO / "build" / "test-matrix-logs"  # this run's only: the last run's are removed
+    shutil.rmtree(log_folder, ignore_errors=True)
+    log_folder.mkdir(parents=True)
     results = []
     for variant in chosen:
         print(f"running the notebooks with {variant.name} ...", flush=True)
-        results.append(run_variant(variant, log_folder))
+        results.append(run_variant(variant, log_folder, args.remove_venvs))
         r = results[-1]
         print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s {r.note}", flush=True)
     report = table(results)
