@@ -126,3 +126,46 @@ def test_the_share_of_compared_cells_does_not_fall():
     compared = [c for c in with_output if compared_cell(c)]
     share = len(compared) / len(with_output)
     assert share >= MINIMUM_COMPARED_SHARE, f"{len(compared)} of {len(with_output)} cells with output compared"
+
+
+# Issue 19's reading budget: a learner reading in a second language meets at most this much chapter prose
+# (every markdown word of the chapters, collapsed <details> blocks included; solutions apart), no markdown cell
+# longer than a screen, and no code cell longer than can be read at once (a longer one becomes a function of
+# d2l_ext or a script under notebooks/scripts/).
+MAX_CHAPTER_WORDS = 17_000
+MAX_CELL_WORDS = 200
+MAX_CODE_LINES = 30
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"\S+", text))
+
+
+def test_the_chapters_prose_fits_the_reading_budget():
+    counts = {p.name: sum(words(c.source) for c in nbformat.read(p, as_version=4).cells if c.cell_type == "markdown")
+              for p in CHAPTERS}
+    assert sum(counts.values()) <= MAX_CHAPTER_WORDS, f"{sum(counts.values())} words of chapter prose: {counts}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_no_cell_is_longer_than_one_reading(path):
+    cells = nbformat.read(path, as_version=4).cells
+    long_prose = {i: words(c.source) for i, c in enumerate(cells)
+                  if c.cell_type == "markdown" and words(c.source) > MAX_CELL_WORDS}
+    long_code = {i: len(c.source.splitlines()) for i, c in enumerate(cells)
+                 if c.cell_type == "code" and len(c.source.splitlines()) > MAX_CODE_LINES}
+    assert not long_prose, f"markdown cells over {MAX_CELL_WORDS} words (cell: words): {long_prose}"
+    assert not long_code, f"code cells over {MAX_CODE_LINES} lines (cell: lines): {long_code}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_collapsed_blocks_render_everywhere(path):
+    """<details> must be closed, have a <summary>, and leave blank lines around its markdown, or GitHub and
+    JupyterLab show the markdown inside as raw text."""
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type != "markdown" or "<details" not in cell.source:
+            continue
+        assert cell.source.count("<details") == cell.source.count("</details>"), f"cell {i}: unclosed <details>"
+        for block in re.findall(r"<details>(.*?)</details>", cell.source, flags=re.S):
+            assert re.match(r"<summary>[^<]+</summary>\n\n", block), f"cell {i}: <summary> then a blank line"
+            assert block.endswith("\n\n"), f"cell {i}: a blank line before </details>"

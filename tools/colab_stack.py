@@ -3,7 +3,8 @@
 Colab is where most learners meet a GPU, and its packages are not ours: another torch, an old ipykernel and
 ipywidgets 7. This builds that environment in .venv-colab with the Python given (it must be the version
 colab.txt names: no other is taken in its place) and runs every notebook under nbval, as `make notebooks`
-does. Outputs tagged `build-dependent` are compared only under the torch build that made them (the harness
+does, and the sliders' tests (tests/test_widgets.py: Colab's ipywidgets is 7, make test's 8). Outputs tagged
+`build-dependent` are compared only under the torch build that made them (the harness
 reads it from the notebook's metadata), so they run here but are not compared.
 
 Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [--remove-venv] [--skip-if-no-disk]
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
     python = build(python_path, args.venv)
     command = [str(python), "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
                "tests/sanitize.cfg", "--nbval-cell-timeout", "300", "-n", "2", "--dist", "loadfile", "-q",
-               *(pytest_args or ["notebooks"])]
+               *(pytest_args or ["notebooks", "tests/test_widgets.py"])]  # the sliders on ipywidgets 7
     print("+ " + " ".join(command), flush=True)
     code = subprocess.run(command, cwd=REPO, env={**os.environ, **NUMERIC_ENV}).returncode
     if args.remove_venv:
