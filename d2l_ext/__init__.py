@@ -1,6 +1,13 @@
 """Helpers shared by the GPUs-in-PyTorch notebooks; they extend ``from d2l import torch as d2l``."""
 
 from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
+from .estimate import (
+    MemoryEstimate,
+    MemoryRow,
+    estimate_training_memory,
+    measure_training_memory,
+    zero_bytes_per_gpu,
+)
 from .guard import needs_gpus
 from .launch import LaunchError, device_and_backend, processes_to_start, rank_device_and_backend, torchrun
 from .memory import memory_report, memory_table
@@ -23,6 +30,8 @@ from .training import make_loader, make_net, synthetic_classification
 
 __all__ = [
     "LaunchError",
+    "MemoryEstimate",
+    "MemoryRow",
     "SimulatedDevice",
     "TraceEvent",
     "accelerator_type",
@@ -33,6 +42,7 @@ __all__ = [
     "device_and_backend",
     "device_covers_host",
     "device_work",
+    "estimate_training_memory",
     "gpu",
     "host_rows",
     "host_seconds_for",
@@ -41,6 +51,7 @@ __all__ = [
     "make_net",
     "measure",
     "measure_copy",
+    "measure_training_memory",
     "memory_report",
     "memory_table",
     "needs_grad_scaler",
@@ -59,4 +70,5 @@ __all__ = [
     "try_all_gpus",
     "try_gpu",
     "without_device_ranges",
+    "zero_bytes_per_gpu",
 ]

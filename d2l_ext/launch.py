@@ -5,7 +5,8 @@ and lets them meet at a rendezvous address. From a notebook it must also be boun
 127.0.0.1 only, clean up every process it started, and turn a failing rank into an error that shows
 that rank's message. ``torchrun`` does the first part; this module does the rest (``run_script`` does it
 for a script that starts its processes itself, with ``torch.multiprocessing.spawn``). Inside each launched
-process, ``rank_device_and_backend`` picks the rank's device and the process group's backend.
+process, ``rank_device_and_backend`` picks the rank's device and the process group's backend, and ``say`` and
+``from_every_rank`` let rank 0 print what every rank found, in rank order.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 class LaunchError(RuntimeError):
@@ -93,6 +97,19 @@ def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[tor
     """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
     nccl = dist.is_available() and dist.is_nccl_available()
     return device_and_backend(local_rank, local_world_size, torch.cuda.device_count(), nccl)
+
+
+def say(*lines: str) -> None:
+    """Print ``lines`` on rank 0 only (in a launched process; the other ranks' findings reach it by collectives)."""
+    if dist.get_rank() == 0:
+        print(*lines, sep="\n", flush=True)
+
+
+def from_every_rank(value: T) -> list[T]:
+    """Return ``value`` as each rank has it, in rank order (in a launched process; every rank must call this)."""
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
 
 
 def failing_rank(stderr: str) -> int | None:

@@ -16,7 +16,6 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -25,23 +24,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import rank_device_and_backend
+from d2l_ext.launch import from_every_rank, say  # rank 0 prints what every rank found
 
 # what a launcher may set up for each process: torchrun sets all of these, torch.multiprocessing.spawn none
-T = TypeVar("T")
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def say(*lines: str) -> None:
-    """Print on rank 0 only (the others' findings reach it through collectives)."""
-    if dist.get_rank() == 0:
-        print(*lines, sep="\n", flush=True)
-
-
-def from_every_rank(value: T) -> list[T]:
-    """Return ``value`` as each rank has it, in rank order (every rank must call this)."""
-    values: list = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
 
 
 def rounded(tensor: torch.Tensor) -> list[float]:

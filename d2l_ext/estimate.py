@@ -1,0 +1,265 @@
+"""How much memory does training a model take? An estimate a learner can check, and the measurement to check it.
+
+One training step holds four kinds of tensors:
+
+- **parameters**: P numbers, 4 bytes each in float32. Under mixed precision they stay in float32 (the *master
+  weights*) and autocast makes a 16-bit copy of each weight a matrix product uses, which autograd keeps;
+- **gradients**: one per parameter, in the parameter's dtype;
+- **optimizer state**: SGD keeps nothing, momentum one buffer the size of the parameters, Adam two (and a
+  4-byte step counter per parameter tensor);
+- **activations**: what autograd saves in the forward pass for the backward pass. They grow with the batch.
+
+``estimate_training_memory`` counts the first three from the parameters' shapes, and the activations by running
+the forward pass on *fake* tensors (shapes and dtypes, no data): so it costs no memory, also for a batch or a
+model far larger than this machine. ``measure_training_memory`` runs one real step and sums the real tensors.
+``zero_bytes_per_gpu`` gives the per-GPU bytes of data-parallel training when ZeRO shards the model state.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+STATE_BUFFERS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}  # parameter-sized buffers per optimizer
+STEP_BYTES = 4  # Adam's step counter: a float32 scalar tensor per parameter tensor
+_VIEWS = {"TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0", "ExpandBackward0"}
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One kind of tensor held during training: its name, its bytes and how they were counted."""
+
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The rows parameters, gradients, optimizer state and activations; ``peak_bytes`` is their sum."""
+
+    rows: tuple[MemoryRow, ...]
+    peak_formula: str = "parameters + gradients + optimizer state + activations"
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(row.bytes for row in self.rows)
+
+    def __getitem__(self, name: str) -> int:
+        if name == "peak":
+            return self.peak_bytes
+        for row in self.rows:
+            if row.name == name:
+                return row.bytes
+        raise KeyError(f"{name!r}: the rows are {[row.name for row in self.rows] + ['peak']}")
+
+    def table(self, unit: float = 1e6, unit_name: str = "MB") -> str:
+        """Return the rows and the peak as aligned text, in ``unit_name`` (``unit`` bytes each)."""
+        rows = [*self.rows, MemoryRow("peak", self.peak_bytes, self.peak_formula)]
+        width = max(len(row.name) for row in rows)
+        return "\n".join(f"{row.name:<{width}} {row.bytes / unit:>10.2f} {unit_name}   {row.formula}"
+                         for row in rows)
+
+
+def _unique_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return list(model.parameters())  # a weight shared by two layers is listed once
+
+
+def _check_amp(amp: torch.dtype | None, device_type: str) -> None:
+    if amp is None:
+        return
+    if amp not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"amp must be None, torch.bfloat16 or torch.float16, not {amp}")
+    if device_type == "cuda" and amp == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ValueError("amp=torch.bfloat16: this CUDA GPU cannot compute in bfloat16; use torch.float16")
+    if not torch.amp.autocast_mode.is_autocast_available(device_type):
+        raise ValueError(f"amp={amp}: autocast is not available on {device_type!r}")
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for item in batch:
+            yield from _tensors(item)
+    elif isinstance(batch, dict):
+        for item in batch.values():
+            yield from _tensors(item)
+
+
+def _call(model: nn.Module, batch: Any) -> Any:
+    return model(*batch) if isinstance(batch, (list, tuple)) else model(batch)
+
+
+def _first_tensor(output: Any) -> torch.Tensor:
+    for tensor in _tensors(output):
+        return tensor
+    raise ValueError("the model returned no tensor")
+
+
+def saved_bytes(forward: Callable[[], object]) -> dict[str, int]:
+    """Return what autograd saves while ``forward()`` runs: ``activations``, and ``weight copies`` (the 16-bit
+    copies autocast makes of parameters). A parameter itself, or a view of it, costs nothing new."""
+    saved: dict[int, tuple[str, int]] = {}
+
+    def kind(tensor: torch.Tensor) -> str:
+        grad_fn = tensor.grad_fn
+        while grad_fn is not None and type(grad_fn).__name__ in _VIEWS:
+            grad_fn = grad_fn.next_functions[0][0]
+        if grad_fn is None:
+            return "parameter" if tensor.is_leaf and tensor.requires_grad else "activations"
+        name = type(grad_fn).__name__
+        if name == "AccumulateGrad":
+            return "parameter"
+        if name == "ToCopyBackward0" and type(grad_fn.next_functions[0][0]).__name__ == "AccumulateGrad":
+            return "weight copies"
+        return "activations"
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        # each storage counts once (ReLU's output is also the next layer's input); a view, its own bytes
+        key, nbytes = tensor.untyped_storage()._cdata, tensor.numel() * tensor.element_size()
+        saved[key] = (kind(tensor), max(nbytes, saved.get(key, ("", 0))[1]))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    totals = {"activations": 0, "weight copies": 0}
+    for name, nbytes in saved.values():
+        if name in totals:
+            totals[name] += nbytes
+    return totals
+
+
+def _fake_forward(model: nn.Module, batch: Any, amp: torch.dtype | None, device_type: str) -> dict[str, int]:
+    """Run the forward pass on fake tensors (shape and dtype, no memory) and return ``saved_bytes``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_type = "cpu" if device_type == "meta" else device_type
+
+    def fake(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type == "meta":
+            with mode:
+                return torch.empty(tensor.shape, dtype=tensor.dtype, device=fake_type)
+        return mode.from_tensor(tensor)
+
+    memo: dict[int, Any] = {}
+    for parameter in model.parameters():
+        memo[id(parameter)] = nn.Parameter(fake(parameter.detach()), requires_grad=parameter.requires_grad)
+    for buffer in model.buffers():
+        memo[id(buffer)] = fake(buffer)
+    fake_model = copy.deepcopy(model, memo)  # the same memo keeps a shared weight shared
+    fake_batch = _map_tensors(batch, fake)
+    autocast = torch.autocast(fake_type, dtype=amp or torch.bfloat16, enabled=amp is not None)
+    with mode, autocast:
+        return saved_bytes(lambda: _call(fake_model, fake_batch))
+
+
+def _map_tensors(batch: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return function(batch)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_map_tensors(item, function) for item in batch)
+    if isinstance(batch, dict):
+        return {key: _map_tensors(item, function) for key, item in batch.items()}
+    return batch
+
+
+
+def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: str = "adam",
+                             amp: torch.dtype | None = None, device: torch.device | str | None = None
+                             ) -> MemoryEstimate:
+    """Estimate the bytes one training step of ``model`` on ``example_batch`` holds, row by row.
+
+    ``optimizer`` is "sgd", "momentum", "adam" or "adamw"; ``amp`` None (float32) or the autocast dtype;
+    ``device`` the device type the step would run on (default: the parameters'). The model may live on the
+    ``meta`` device, so a model larger than this machine can be estimated. Nothing real is allocated."""
+    parameters = _unique_parameters(model)
+    if not parameters:
+        raise ValueError("the model has no parameters: there is nothing to train")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    device_type = torch.device(device).type if device is not None else parameters[0].device.type
+    _check_amp(amp, "cpu" if device_type == "meta" else device_type)
+    try:
+        saved = _fake_forward(model, example_batch, amp, device_type)
+    except Exception as err:
+        raise ValueError(f"the model rejects this batch: {type(err).__name__}: {err}") from err
+    count = sum(p.numel() for p in parameters)
+    param_bytes = sum(p.numel() * p.element_size() for p in parameters)
+    trained = [p for p in parameters if p.requires_grad]
+    grad_bytes = sum(p.numel() * p.element_size() for p in trained)
+    buffers = STATE_BUFFERS[optimizer]
+    state_bytes = buffers * grad_bytes + (STEP_BYTES * len(trained) if optimizer.startswith("adam") else 0)
+    size = parameters[0].element_size()
+    param_formula = f"P x {size} B, P = {count:,}"
+    if amp is not None:
+        param_formula += f"; + {saved['weight copies']:,} B of {str(amp).split('.')[1]} weight copies autograd keeps"
+    state_formula = {0: "SGD keeps none", 1: f"1 buffer x P x {size} B"}.get(
+        buffers, f"2 buffers x P x {size} B + {STEP_BYTES} B x {len(trained)} tensors (step)")
+    return MemoryEstimate((
+        MemoryRow("parameters", param_bytes + saved["weight copies"], param_formula),
+        MemoryRow("gradients", grad_bytes, f"P x {size} B (trained parameters)"),
+        MemoryRow("optimizer state", state_bytes, f"{optimizer}: {state_formula}"),
+        MemoryRow("activations", saved["activations"], "what autograd saves in the forward pass "
+                  f"(counted on fake tensors{', under autocast' if amp else ''})"),
+    ))
+
+
+def make_optimizer(parameters: list[nn.Parameter], optimizer: str) -> torch.optim.Optimizer:
+    """Return the optimizer named ``optimizer`` ("sgd", "momentum", "adam", "adamw") over ``parameters``."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=0.01)
+    if optimizer == "momentum":
+        return torch.optim.SGD(parameters, lr=0.01, momentum=0.9)
+    return (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(parameters, lr=1e-3)
+
+
+def measure_training_memory(model: nn.Module, example_batch: Any, optimizer: str = "adam",
+                            amp: torch.dtype | None = None) -> dict[str, int]:
+    """Run one real training step on a copy of ``model`` and sum the real tensors of each kind, in bytes:
+    parameters (with autocast's weight copies), gradients, ``optimizer.state`` after the step, and the
+    activations autograd saved. The loss is the sum of the output, so the model's own layers are counted."""
+    model = copy.deepcopy(model)
+    parameters = _unique_parameters(model)
+    if not parameters:
+        raise ValueError("the model has no parameters: there is nothing to train")
+    device_type = parameters[0].device.type
+    _check_amp(amp, device_type)
+    opt = make_optimizer(parameters, optimizer)
+    outputs: list[Any] = []
+    with torch.autocast(device_type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+        saved = saved_bytes(lambda: outputs.append(_call(model, example_batch)))
+    _first_tensor(outputs[0]).float().sum().backward()
+    opt.step()
+    state = sum(t.numel() * t.element_size() for values in opt.state.values()
+                for t in values.values() if isinstance(t, torch.Tensor))
+    measured = {
+        "parameters": sum(p.numel() * p.element_size() for p in parameters) + saved["weight copies"],
+        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in parameters if p.grad is not None),
+        "optimizer state": state,
+        "activations": saved["activations"],
+    }
+    measured["peak"] = sum(measured.values())
+    return measured
+
+
+def zero_bytes_per_gpu(parameters: float, gpus: int, stage: int, k: int = 12) -> float:
+    """Bytes of model state per GPU in mixed-precision data-parallel training with Adam, as the ZeRO paper
+    counts them: 2 bytes per parameter for 16-bit weights, 2 for 16-bit gradients, ``k`` for the optimizer
+    state (12 for Adam: float32 master weights, momentum and variance). Stage 0 is plain data parallelism
+    (DDP); stage 1 shards the optimizer state over ``gpus``, stage 2 the gradients too, stage 3 (FSDP) all."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO has stages 0 (none), 1, 2 and 3, not {stage}")
+    if gpus < 1:
+        raise ValueError(f"gpus must be at least 1, not {gpus}")
+    p, n = parameters, gpus
+    return {0: (4 + k) * p, 1: 4 * p + k * p / n, 2: 2 * p + (2 + k) * p / n, 3: (4 + k) * p / n}[stage]
