@@ -103,7 +103,8 @@ def main() -> None:
     state_bytes = adam_state_bytes(optimizer)
     full = torch.cat([p.full_tensor().flatten() for p in net.parameters() if isinstance(p, DTensor)])
     lines = [f"{numel:,} parameters; the first layer's weight is a DTensor: global {tuple(weight.shape)}, "
-             f"local {tuple(weight.to_local().shape)}, placements {weight.placements}"]
+             f"local {tuple(weight.to_local().shape)}, "
+             f"sharded along dim {', '.join(str(getattr(q, 'dim', '-')) for q in weight.placements)}"]
     for r, (h, b) in enumerate(zip(from_every_rank(held), from_every_rank(state_bytes), strict=True)):
         lines.append(f"rank {r}: holds {h:,} of {numel:,} parameters; Adam state {b:,} B "
                      f"(one process: {unsharded_bytes:,} B)")
