@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 # A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/venv_disk.py)
 SEED_FROM ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
@@ -23,7 +24,7 @@ NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 # time with every thread, as a learner does; make test-matrix runs the notebooks with the default threads too.
 TEST_THREADS ?= OMP_NUM_THREADS=1
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix test-colab check-tags check-timing run-twice gpu-check doctor colab binder-check browser-check clean help
+.PHONY: env lab test lint unit notebooks outputs test-matrix test-colab check-tags check-timing run-twice gpu-check doctor colab binder-check browser-check book book-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
@@ -40,9 +41,17 @@ help:
 	@echo "make colab    rewrite Colab badges and setup cells from the address in tools/colab.py"
 	@echo "make binder-check   check Binder's generated build against this Makefile (repo2docker, no Docker)"
 	@echo "make browser-check  open a chapter in JupyterLab in headless Chromium and save a screenshot"
+	@echo "make book     build the course as a web book (English, Vietnamese, Chinese) in build/book/html"
+	@echo "make book-check     serve the book on 127.0.0.1: check its links, open every page in headless Chromium"
 	@echo "make clean    remove the environment"
 
-env: $(STAMP)
+env: $(STAMP) $(LAB_SETTINGS)
+
+# JupyterLab's settings for the course (Binder's postBuild copies the same file): no news toast, and closing a
+# notebook's tab shuts its kernel down, which frees its GPU memory
+$(LAB_SETTINGS): binder/overrides.json | $(STAMP)
+	mkdir -p $(dir $@)
+	cp $< $@
 
 $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if (3, 10) <= v[:2] <= (3, 13) else \
@@ -115,6 +124,26 @@ run-twice: env
 outputs: env
 	env $(NUMERIC_ENV) $(BIN)/python tools/refresh_outputs.py notebooks
 
+# The book: the notebooks' stored outputs as a static site, English, Vietnamese and Chinese (tools/book.py), in its
+# own environment (Sphinx 9 and the themes need Python 3.11 or newer; requirements.txt also serves 3.10)
+BOOK_PYTHON ?= python3
+BOOK_VENV   ?= .venv-book
+$(BOOK_VENV)/.installed: requirements-book.txt
+	@$(BOOK_PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] >= (3, 11) else \
+	  "make book needs Python 3.11 or newer; $(BOOK_PYTHON) is %d.%d. Run: make book BOOK_PYTHON=python3.11" % v[:2])'
+	$(BOOK_PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_VENV)/bin/python -m pip install -q -r requirements-book.txt
+	touch $@
+
+book: $(BOOK_VENV)/.installed
+	$(BOOK_VENV)/bin/python tools/book.py
+
+# The built book served on 127.0.0.1: LinkChecker over its internal links, every page in headless Chromium
+book-check: $(BOOK_VENV)/.installed
+	@(command -v chromium && fc-list :lang=zh | grep -q .) >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk)  # Chinese pages need a CJK font
+	$(BOOK_VENV)/bin/python tools/book_check.py
+
 # Colab badges and setup cells, README badges: from the repository address in tools/colab.py
 colab: env
 	$(BIN)/python tools/colab.py
@@ -132,4 +161,4 @@ browser-check: env
 	$(BIN)/python tools/browser_check.py --output build/browser-check.png
 
 clean:
-	rm -rf $(VENV) .venv-binder
+	rm -rf $(VENV) .venv-binder $(BOOK_VENV)

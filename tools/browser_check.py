@@ -14,9 +14,11 @@ What it does and checks:
    virtual time budget, retrying with a larger budget until the DOM holds the notebook panel, JupyterLab's
    output areas (`jp-OutputArea-output`) and a text known to be in the notebook's stored outputs
    (default: the first of "device(type='cpu')" for 01_devices.ipynb);
-3. takes a screenshot (`--screenshot`, same budget, fresh browser profile) and checks with Pillow that it
+3. checks that JupyterLab's news toast is absent and that closing a notebook shuts its kernel down (the
+   settings in binder/overrides.json);
+4. takes a screenshot (`--screenshot`, same budget, fresh browser profile) and checks with Pillow that it
    is not blank: at least --min-ink of its pixels are not white (JupyterLab's loading splash is ~1 %);
-4. stops JupyterLab (SIGTERM to its process group, then SIGKILL), ends any process it left (kernels run
+5. stops JupyterLab (SIGTERM to its process group, then SIGKILL), ends any process it left (kernels run
    in their own session), and checks that nothing is left and the port is free.
 
 Exit status 0 when all checks pass, 1 with a message otherwise.
@@ -87,6 +89,19 @@ def chromium(browser: str, url: str, args: list[str], timeout: float) -> subproc
             return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as err:
             raise CheckFailed(f"chromium did not finish within {timeout:.0f} s") from err
+
+
+NEWS_TOAST = "Would you like to get notified about official Jupyter news?"  # JupyterLab 4's first-run toast
+
+
+def settings(port: int, token: str, plugin: str) -> dict:
+    """Return the settings JupyterLab applies for ``plugin``: the schema's defaults (which overrides.json
+    replaces), then the user's own settings."""
+    url = f"http://127.0.0.1:{port}/lab/api/settings/{plugin}?token={token}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        answer_json = json.load(answer)
+    defaults = {name: spec.get("default") for name, spec in answer_json["schema"].get("properties", {}).items()}
+    return {**defaults, **answer_json.get("settings", {})}
 
 
 def rendered(dom: str, expected: str) -> list[str]:
@@ -185,6 +200,13 @@ def check(opts: argparse.Namespace, workdir: Path) -> None:
         outputs = dom.stdout.count("jp-OutputArea-output")
         print(f"ok  DOM ({len(dom.stdout)} chars, {budget} ms budget) has the notebook panel, {outputs} "
               f"output areas and the stored output {expected!r}", flush=True)
+        if NEWS_TOAST in dom.stdout:
+            raise CheckFailed(f"JupyterLab shows its news toast ({NEWS_TOAST!r}): binder/overrides.json is not "
+                              "in the environment's share/jupyter/lab/settings/")
+        shutdown = settings(port, token, "@jupyterlab/notebook-extension:tracker").get("kernelShutdown")
+        if shutdown is not True:
+            raise CheckFailed(f"closing a notebook does not shut its kernel down (kernelShutdown = {shutdown})")
+        print(f"ok  no news toast in the DOM; kernelShutdown = {shutdown} (closing a tab ends its kernel)", flush=True)
 
         opts.output.parent.mkdir(parents=True, exist_ok=True)
         opts.output.unlink(missing_ok=True)

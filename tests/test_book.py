@@ -1,0 +1,63 @@
+"""tools/book.py without Sphinx: what it feeds the build (make book builds it; make book-check opens every page)."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from tools import book, editions
+
+
+def test_the_front_page_is_the_readmes_chapter_table_pointing_at_pages():
+    table = book.chapter_table((book.ROOT / "README.md").read_text())
+    rows = table.splitlines()
+    chapters = sorted(p.stem for p in (book.ROOT / "notebooks").glob("0*.ipynb"))
+    assert rows[0].startswith("| Notebook |") and len(rows) == 2 + len(chapters)
+    for chapter in chapters:
+        assert f"[{chapter}]({chapter}.ipynb)" in table
+    assert "notebooks/" not in table
+    with pytest.raises(ValueError, match="no '## Chapters'"):
+        book.chapter_table("# a README without chapters")
+
+
+def test_too_old_a_python_stops_with_one_line_saying_what_to_run():
+    with pytest.raises(SystemExit, match=r"needs Python 3.11 or newer \(this is 3.10\): run  make book BOOK_PYTHON"):
+        book.check_python((3, 10))
+    book.check_python((3, 11))
+
+
+@pytest.mark.parametrize("edition", list(book.EDITIONS))
+def test_each_edition_renders_stored_outputs_with_its_own_buttons(edition):
+    conf = book.conf_py(edition)
+    namespace: dict = {}
+    exec(conf, namespace)  # the file Sphinx reads
+    assert namespace["nb_execution_mode"] == "off"
+    options = namespace["html_theme_options"]
+    assert options["path_to_docs"] == book.EDITIONS[edition][1]
+    assert set(options["launch_buttons"]) >= {"colab_url", "binderhub_url"} and options["use_download_button"]
+    assert "languages.html" in namespace["html_sidebars"]["**"]
+
+
+def test_the_language_switch_links_the_same_page_in_every_other_edition():
+    template = book.languages_template("vi")
+    assert '/../en/{{ pagename }}.html">English' in template and '/../zh-CN/{{ pagename }}.html">中文' in template
+    assert "<strong>Tiếng Việt</strong>" in template
+
+
+def test_the_source_folder_holds_every_page_without_the_colab_cells(tmp_path):
+    book.prepare("en", tmp_path / "en")
+    chapters, solutions = book.pages(book.ROOT / "notebooks")
+    assert len(chapters) >= 9 and len(solutions) == len(chapters)
+    for page in chapters + solutions:
+        notebook = nbformat.read(tmp_path / "en" / f"{page}.ipynb", as_version=4)
+        removed = [c.id for c in notebook.cells if "remove-cell" in c.metadata.get("tags", [])]
+        assert removed == ["colab-badge", "colab-setup"], page
+    index = (tmp_path / "en" / "index.md").read_text()
+    assert index.index("01_devices\n") < index.index("08_memory\n") < index.index("solutions/01_devices\n")
+    assert "glossary" in index and (tmp_path / "en" / "scripts" / "zero1.py").exists()
+
+
+def test_every_edition_has_the_same_pages():
+    english = book.pages(book.ROOT / "notebooks")
+    for language in editions.LANGUAGES:
+        assert book.pages(editions.EDITIONS / language) == english, language
