@@ -9,6 +9,8 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 SEED_FROM ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
+# The folder JupyterLab opens: the English notebooks, or an edition (make lab LAB_DIR=editions/vi or editions/zh-CN)
+LAB_DIR ?= notebooks
 # Jupyter refuses to run as root (containers, CI) unless told to
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbval workers: notebooks run in parallel, each notebook whole in one worker (--dist loadfile)
@@ -67,7 +69,7 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	touch $@
 
 lab: env
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_DIR) $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: env
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
