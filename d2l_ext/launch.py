@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import psutil
 import torch
@@ -110,6 +110,17 @@ def from_every_rank(value: T) -> list[T]:
     values: list = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
     return values
+
+
+def leave() -> NoReturn:
+    """End a launched process once every rank is done: a barrier, the process group destroyed, then exit without
+    the interpreter's teardown. Under load the C++ runtime sometimes aborted a rank in that teardown, after
+    everything was printed ("terminate called without an active exception": gloo's threads still being torn
+    down), and torchrun then reported the run as failed."""
+    dist.barrier()  # every rank is done with its collectives before any leaves
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def failing_rank(stderr: str) -> int | None:

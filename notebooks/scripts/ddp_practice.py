@@ -14,7 +14,6 @@ gloo. Rank 0 prints what all ranks found, collected in rank order, so the output
 import argparse
 import contextlib
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -24,7 +23,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, say  # rank 0 prints what every rank found
+from d2l_ext.launch import from_every_rank, leave, say  # rank 0 prints what every rank found
 
 # what a launcher may set up for each process: torchrun sets all of these, torch.multiprocessing.spawn none
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -212,13 +211,7 @@ def main() -> None:
     checkpoint(device, local_rank, args.checkpoint_dir)
     accumulation(device)
     sync_batchnorm(device)
-    dist.barrier()  # every rank is done with its collectives before any leaves
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown. Under load, the C++ runtime sometimes aborted a rank there, after
-    # everything was printed ("terminate called without an active exception": gloo's threads still being torn
-    # down), and torchrun reported the run as failed; ddp_spawn.py leaves the same way.
-    sys.stdout.flush()
-    os._exit(0)
+    leave()  # barrier, destroy the group, exit without the teardown that gloo's threads may abort
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, say
+from d2l_ext.launch import from_every_rank, leave, say
 
 STEPS, GLOBAL_BATCH, LR = 5, 48, 1e-2  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 
@@ -119,11 +118,7 @@ def main() -> None:
                   f"same loss as one process (within 1e-5), every step: {same_loss}",
                   f"same parameters as one process (within 1e-5): {same_parameters}"]
     say(*lines)
-    dist.barrier()  # every rank is done with its collectives before any leaves
-    dist.destroy_process_group()
-    # leave without the interpreter's teardown, as scripts/ddp_practice.py does (gloo's threads may abort it)
-    sys.stdout.flush()
-    os._exit(0)
+    leave()  # barrier, destroy the group, exit without the teardown that gloo's threads may abort
 
 
 if __name__ == "__main__":

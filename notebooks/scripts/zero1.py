@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Iterable
 
 import torch
@@ -25,7 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, say
+from d2l_ext.launch import from_every_rank, leave, say
 
 STEPS, GLOBAL_BATCH = 5, 48  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 LR, BETAS, EPS = 1e-2, (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults but the learning rate
@@ -135,11 +134,7 @@ def main() -> None:
     say(*lines,
         f"the ranks' ranges cover every parameter once: {covered}",
         f"same parameters as DDP (within 1e-6): {same}")
-    dist.barrier()  # every rank is done with its collectives before any leaves
-    dist.destroy_process_group()
-    # leave without the interpreter's teardown, as scripts/ddp_practice.py does (gloo's threads may abort it)
-    sys.stdout.flush()
-    os._exit(0)
+    leave()  # barrier, destroy the group, exit without the teardown that gloo's threads may abort
 
 
 if __name__ == "__main__":
