@@ -112,6 +112,19 @@ def from_every_rank(value: T) -> list[T]:
     return values
 
 
+def join() -> tuple[int, torch.device, str]:
+    """Join the process group in a process that torchrun started: take this rank's device and backend
+    (``rank_device_and_backend``), make a GPU the current one, and bind NCCL to it at once (``device_id``: NCCL
+    errors then show here rather than later). Return the local rank, the device and the backend.
+    Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
+    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    device, backend = rank_device_and_backend(local_rank, local_world_size)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    return local_rank, device, backend
+
+
 def leave() -> NoReturn:
     """End a launched process once every rank is done: a barrier, the process group destroyed, then exit without
     the interpreter's teardown. Under load the C++ runtime sometimes aborted a rank in that teardown, after

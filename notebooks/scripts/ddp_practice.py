@@ -22,8 +22,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, leave, say  # rank 0 prints what every rank found
+from d2l_ext.launch import from_every_rank, join, leave, say  # rank 0 prints what every rank found
 
 # what a launcher may set up for each process: torchrun sets all of these, torch.multiprocessing.spawn none
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -199,12 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint-dir", type=Path, required=True, help="a folder every process can read")
     args = parser.parse_args()
-    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device, backend = rank_device_and_backend(local_rank, local_world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    # device_id binds NCCL to this process's GPU at once (and reports NCCL errors here rather than later)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    local_rank, device, backend = join()  # this rank's device and backend, in the process group
     say(f"{dist.get_world_size()} processes, backend {backend}, devices {from_every_rank(str(device))}",
         f"set by torchrun: {[name for name in LAUNCH_VARIABLES if name in os.environ]}")
     collectives(device)

@@ -19,7 +19,6 @@ Rank 0 prints what all ranks found, in rank order, so the output reads the same 
 from __future__ import annotations
 
 import copy
-import os
 
 import torch
 import torch.distributed as dist
@@ -28,8 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, leave, say
+from d2l_ext.launch import from_every_rank, join, leave, say
 
 STEPS, GLOBAL_BATCH, LR = 5, 48, 1e-2  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 
@@ -75,11 +73,7 @@ def train(net: nn.Module, device: torch.device, share: slice) -> tuple[list[floa
 
 
 def main() -> None:
-    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device, backend = rank_device_and_backend(local_rank, local_world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    _, device, backend = join()  # this rank's device and backend, in the process group
     rank, world_size = dist.get_rank(), dist.get_world_size()
     say(f"{world_size} processes, backend {backend}, devices {from_every_rank(str(device))}")
 

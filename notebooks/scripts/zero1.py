@@ -15,7 +15,6 @@ ranks found, in rank order, so the output reads the same every run.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 
 import torch
@@ -23,8 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import from_every_rank, leave, say
+from d2l_ext.launch import from_every_rank, join, leave, say
 
 STEPS, GLOBAL_BATCH = 5, 48  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 LR, BETAS, EPS = 1e-2, (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults but the learning rate
@@ -110,11 +108,7 @@ def zero1(device: torch.device) -> tuple[torch.Tensor, tuple[int, int], int]:
 
 
 def main() -> None:
-    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device, backend = rank_device_and_backend(local_rank, local_world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    _, device, backend = join()  # this rank's device and backend, in the process group
     world_size = dist.get_world_size()
     say(f"{world_size} processes, backend {backend}, devices {from_every_rank(str(device))}")
 
