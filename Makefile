@@ -73,7 +73,7 @@ lab: env
 
 lint: env
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
-	$(BIN)/python tools/typecheck.py
+	$(BIN)/python tools/typecheck.py $(if $(FRESH),,--cache $(VENV)/.typecheck-passed)
 
 unit: env
 	$(BIN)/python -m pytest tests -q
@@ -83,13 +83,17 @@ notebooks: env
 
 # lint, then the unit tests and the notebooks in one pytest run: TEST_WORKERS workers take a test file or a
 # notebook at a time (unit tests mostly wait on subprocesses, so a third worker fills the two cores).
+# A test file that passed before with the same inputs (its bytes, the code it may read, the packages, the
+# variables; tools/test_cache.py) is not run again: FRESH=1 runs everything. A fresh clone (CI) runs everything.
 # The tests must leave the tree as they found it: no file written, no notebook changed.
 TEST_WORKERS ?= 3
+FRESH ?=
+TEST_CACHE := -p tools.test_cache --test-cache $(VENV)/.test-results.json $(if $(FRESH),--rerun-all)
 test:
 	@before="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
 	$(MAKE) --no-print-directory lint || exit $$?; \
 	env $(NUMERIC_ENV) $(TEST_THREADS) $(BIN)/python -m pytest tests notebooks $(NBVAL_OPTS) -n $(TEST_WORKERS) \
-	  --dist loadfile \
+	  --dist loadfile $(TEST_CACHE) \
 	  -q --durations=10 || exit $$?; \
 	after="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
 	if [ "$$before" != "$$after" ]; then \
@@ -107,16 +111,19 @@ test-colab:
 	python3 tools/colab_stack.py --python $(PYTHON) $(COLAB_ARGS)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
+CHECK_TAGS_ARGS ?=
 check-tags: env
-	$(BIN)/python tools/check_tags.py
+	$(BIN)/python tools/check_tags.py $(CHECK_TAGS_ARGS)
 
 # On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
 gpu-check: env
 	$(BIN)/python tools/gpu_check.py
 
 # Compared outputs that change when each interval a clock measures is stretched 1x-3x, as load does
+# CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (make run-twice's check too)
+CHECK_TIMING_ARGS ?=
 check-timing: env
-	$(BIN)/python tools/check_timing.py
+	$(BIN)/python tools/check_timing.py $(CHECK_TIMING_ARGS)
 
 # Run All twice in one kernel: the second run prints the stored outputs too
 run-twice: env

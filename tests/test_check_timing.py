@@ -75,3 +75,23 @@ def test_a_planted_timing_fact_is_listed_with_its_changed_line(tmp_path, capsys)
     assert "planted.ipynb code cell 2: import time" in printed
     assert "stored: five short sleeps took less than 1.5x the time asked: True" in printed
     assert "fresh:  five short sleeps took less than 1.5x the time asked: False" in printed
+
+
+# prints 1 in a fresh kernel and 2 when the notebook runs again in the same one
+RERUN_FACT = "runs = globals().get('runs', 0) + 1\nprint('runs of this cell in this kernel:', runs)"
+
+
+def test_twice_lists_a_timing_fact_with_its_first_run_and_a_rerun_fact_with_its_second(tmp_path, capsys):
+    planted = tmp_path / "planted.ipynb"
+    plant(planted, [("print('the same on every machine:', sum(range(10)))", []), (TIMING_FACT, []),
+                    (RERUN_FACT, [])])
+    status = check_timing.main(["--twice", "--stretch", "2", "3", "--workers", "1", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert status == 1, printed
+    assert "each notebook run twice in one kernel: 2 compared cell(s) changed" in printed, printed
+    assert "planted.ipynb code cell 1 (clocks stretched): import time" in printed  # listed once, with its first run
+    assert "fresh:  five short sleeps took less than 1.5x the time asked: False" in printed
+    assert "planted.ipynb code cell 2 (second run in the same kernel): runs = " in printed
+    assert "stored: runs of this cell in this kernel: 1" in printed
+    assert "fresh:  runs of this cell in this kernel: 2" in printed
+    assert "code cell 0" not in printed

@@ -68,3 +68,23 @@ def test_a_full_disk_runs_the_settings_on_make_tests_python_and_says_so(monkeypa
     assert not any(a.startswith(("PYTHON=", "VENV=", "SEED_FROM=")) for a in ran.arguments)
     assert "TEST_THREADS=" in ran.arguments  # the variant's other settings still apply
     assert result.note.startswith("python3.10 NOT RUN: 1.2 GiB free")
+
+
+def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, tmp_path):
+    calls = []
+
+    def run(command, **kwargs):
+        import subprocess
+        calls.append((command, kwargs["env"]))
+        return subprocess.CompletedProcess(command, 0, stdout="3 passed in 1.0s\n", stderr="")
+
+    monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
+    variant = next(v for v in COMBINED if v.pretend)
+    assert variant.pretend == "cpu-build"  # CI's replacement for a separate `make check-tags --mode cpu-build`
+    test_matrix.run_variant(variant, tmp_path)
+    (build, build_env), (notebooks, notebooks_env) = calls
+    assert build[2] == "env" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
+    assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
+    assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/pretend")

@@ -11,8 +11,13 @@ process they start) and lists every compared cell whose output changed, or that 
 are not compared and cannot be listed; everything else is, ``device-dependent`` and ``build-dependent`` cells
 included (they are compared on machines like this one).
 
+With ``--twice`` (what CI runs) each notebook runs top to bottom twice in one kernel, both runs with stretched
+clocks, and both are compared with the stored outputs: the first as above, the second as `make run-twice` does (a
+learner re-running the notebook in the kernel they have). One pass of the suite's cost does the work of both
+tools; a cell is listed with the run that changed it.
+
 Exit status 1 if a cell is listed. Usage:
-    python tools/check_timing.py [--seed N] [--stretch LOW HIGH] [--workers N] [notebooks ...]
+    python tools/check_timing.py [--twice] [--seed N] [--stretch LOW HIGH] [--workers N] [notebooks ...]
 """
 
 from __future__ import annotations
@@ -20,14 +25,19 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import multiprocessing
+import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tools.check_tags import code_cells, failed_cells, shown  # noqa: E402  (the repository root is on the path now)
+from tools.refresh_outputs import notebooks  # noqa: E402
+from tools.run_twice import run_differences  # noqa: E402
 
 # as `make test` runs the notebooks (Makefile: NUMERIC_ENV and TEST_THREADS)
 TEST_ENVIRONMENT = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
@@ -70,20 +80,53 @@ def timing_changes(targets: list[str], seed: int = 0, stretch: tuple[float, floa
     return listed
 
 
+def twice_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float] = (1.0, 3.0),
+                  workers: int = 2) -> list[str]:
+    """Run each notebook twice in one kernel with stretched clocks; return a block of text per compared cell that
+    changed in the first run (a timing-derived fact) or only in the second (a re-run prints otherwise)."""
+    environment = {**TEST_ENVIRONMENT, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
+                   "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}",
+                   "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
+    paths = notebooks(targets)
+    listed = []
+    if workers == 1:  # in this process (a forked pool inside pytest can hang on the threads it copies)
+        results = [run_differences(path, environment, compare_first=True) for path in paths]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(run_differences, paths, [environment] * len(paths), [True] * len(paths)))
+    for path, found in zip(paths, results, strict=True):
+        first = {index for run, index, *_ in found if run == 1}
+        for run, index, first_line, stored, fresh in found:
+            if run == 2 and index in first:
+                continue  # listed with its first run
+            what = "clocks stretched" if run == 1 else "second run in the same kernel"
+            lines = changed_lines([{"stored": stored, "fresh": fresh}]) or ["(the outputs differ in kind)"]
+            listed.append("\n".join([f"{shown(str(path))} code cell {index} ({what}): {first_line}",
+                                     *(f"    {line}" for line in lines)]))
+    return listed
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of the random stretch factors (default 0)")
     parser.add_argument("--stretch", type=float, nargs=2, default=(1.0, 3.0), metavar=("LOW", "HIGH"),
                         help="range of the factor each interval is stretched by (default 1 3)")
     parser.add_argument("--workers", type=int, default=2, help="notebooks run at once (default 2)")
+    parser.add_argument("--twice", action="store_true",
+                        help="run each notebook twice in one kernel, and compare both runs (make run-twice's check)")
     parser.add_argument("targets", nargs="*", default=["notebooks"])
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    listed = timing_changes(args.targets, args.seed, tuple(args.stretch), args.workers)
-    print(f"clocks stretched {args.stretch[0]:g}x to {args.stretch[1]:g}x (seed {args.seed}): {len(listed)} compared "
+    check = twice_changes if args.twice else timing_changes
+    listed = check(args.targets, args.seed, tuple(args.stretch), args.workers)
+    print(f"clocks stretched {args.stretch[0]:g}x to {args.stretch[1]:g}x (seed {args.seed})"
+          + (", each notebook run twice in one kernel" if args.twice else "") + f": {len(listed)} compared "
           f"cell(s) changed, in {time.perf_counter() - started:.0f} s"
           + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
-             "load cannot break (README: Outputs that hold on a busy machine):" if listed else ""))
+             "load cannot break (README: Outputs that hold on a busy machine)"
+             + ("; a cell listed for its second run prints otherwise when re-run in the same kernel: seed what it "
+                "draws, and do not let it depend on what later cells leave behind" if args.twice else "")
+             + ":" if listed else ""))
     for block in listed:
         print(block)
     return 1 if listed else 0

@@ -29,40 +29,54 @@ from tests.nbval_harness import compared_cell, outputs_match, tolerance_for  # n
 from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
 
 
-def second_run_differences(path: Path) -> list[str]:
-    """Run ``path`` twice in one kernel; return a line for each compared cell whose second output differs."""
+def run_differences(path: Path, environment: dict[str, str] | None = None,
+                    compare_first: bool = False) -> list[tuple[int, int, str, str, str]]:
+    """Run ``path`` twice in one kernel (its environment: this one plus ``environment``); return, for each compared
+    cell whose output differs from the stored one in the second run (and, with ``compare_first``, in the first),
+    (run, code cell index, its first line, the stored text, the fresh text), texts sanitized."""
     notebook = nbformat.read(path, as_version=4)
     stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
     kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
     client = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=True,
                             resources={"metadata": {"path": str(path.parent)}})
+    found = []
+
+    def compare(run: int) -> None:
+        code_index = -1
+        for cell, old in zip(notebook.cells, stored, strict=True):
+            if cell.cell_type != "code":
+                continue
+            code_index += 1
+            if cell.execution_count is None or not compared_cell(cell):
+                continue
+            if not outputs_match(cell.outputs, old or [], sanitize, tolerance_for(cell.metadata)):
+                first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+                found.append((run, code_index, first_line, _text(old or []), _text(cell.outputs)))
+
     try:
-        with client.setup_kernel():
-            for _ in range(2):
+        with client.setup_kernel(env={**os.environ, **(environment or {})}):
+            for run in (1, 2):
                 for index, cell in enumerate(notebook.cells):
                     if cell.cell_type == "code":
                         client.execute_cell(cell, index)
+                if run == 1 and compare_first:
+                    compare(1)
+            compare(2)
     finally:
         kernel.shutdown_kernel(now=True)
-    differences = []
-    code_index = -1
-    for cell, old in zip(notebook.cells, stored, strict=True):
-        if cell.cell_type != "code":
-            continue
-        code_index += 1
-        if cell.execution_count is None or not compared_cell(cell):
-            continue
-        if not outputs_match(cell.outputs, old or [], sanitize, tolerance_for(cell.metadata)):
-            first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
-            differences.append(f"{path} code cell {code_index}: {first_line}\n"
-                               f"    stored:     {_shown(old or [])!r}\n    second run: {_shown(cell.outputs)!r}")
-    return differences
+    return found
 
 
-def _shown(outputs: list) -> str:
-    """Return the text of a cell's outputs, sanitized, as much as a report line shows."""
+def second_run_differences(path: Path) -> list[str]:
+    """Run ``path`` twice in one kernel; return a line for each compared cell whose second output differs."""
+    return [f"{path} code cell {index}: {first_line}\n    stored:     {old[:240]!r}\n    second run: {new[:240]!r}"
+            for _, index, first_line, old, new in run_differences(path)]
+
+
+def _text(outputs: list) -> str:
+    """Return the text of a cell's outputs, sanitized."""
     texts = [o.get("text") or o.get("evalue") or o.get("data", {}).get("text/plain", "") for o in outputs]
-    return sanitize("".join(texts))[:240]
+    return sanitize("".join(texts))
 
 
 def _one_thread() -> None:

@@ -44,6 +44,7 @@ class Variant:
     environment: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
+    pretend: str = ""  # torch made to report another build (tools/pretend/sitecustomize.py), as check_tags does
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
@@ -67,9 +68,15 @@ EACH = [
 # value that EACH sets appears in one of them (OMP_NUM_THREADS unset, i.e. 2 here, lies between 1 and 4; the
 # unpinned oneDNN path is the default of the first). The Pythons are the oldest and the newest supported (3.13
 # is Colab's); make test runs 3.11, and 3.12 runs with --each. A cell that fails here is attributed with --each.
+#
+# The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
+# --mode cpu-build` does on its own: there, cells tagged build-dependent are not compared, and any other cell that
+# changes or raises fails, as it would for a learner with that build. A build can change only what torch reports,
+# a numeric setting only numbers, so the two do not hide each other; a failure is attributed by running
+# `make check-tags --mode cpu-build` and `--each`. CI then needs no separate cpu-build run of the whole suite.
 COMBINED = [
-    Variant("Python 3.10 + MKL default + ATen default + 4 threads",
-            {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10"),
+    Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build",
+            {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10", pretend="cpu-build"),
     Variant("Python 3.13 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread",
             {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.13"),
 ]
@@ -107,6 +114,9 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
     environment = {**os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log), **variant.environment}
+    if variant.pretend:
+        environment.update({"D2L_EXT_PRETEND": variant.pretend,
+                            "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])})
     arguments, fresh = [], False
     venv = REPO / f".venv-{variant.python}"
     if variant.python:
@@ -120,12 +130,15 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
             # Too little disk for another torch: keep the variant's other settings, on make test's Python
             result.note = (f"{variant.python} NOT RUN: {free:.1f} GiB free, a new venv needs "
                            f"{SEEDED_VENV_GIB:.0f}; ran on .venv's Python")
-            variant = Variant(variant.name, variant.environment, None, variant.pins)
+            variant = Variant(variant.name, variant.environment, None, variant.pins, variant.pretend)
         else:
             arguments, fresh = [f"PYTHON={python}", f"VENV={venv.name}", "SEED_FROM=.venv"], True
     if not variant.pins:
         arguments += ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
     start = time.perf_counter()
+    if variant.pretend:  # the environment is built first, by a pip that must not import the pretending torch
+        subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
+                       env={**os.environ, **variant.environment})
     done = subprocess.run(["make", "--no-print-directory", "notebooks", *arguments], cwd=REPO, env=environment,
                           capture_output=True, text=True)
     result.seconds = time.perf_counter() - start

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import re
 import subprocess
@@ -159,8 +160,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="*", help="notebooks, .py files or folders (default: the whole course)")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "typecheck",
                         help="where the notebooks' Python files go (default: build/typecheck)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="a file recording the inputs of the last clean check of the whole course: when they are "
+                             "the same (every file git lists, the packages, the Python), say so and check nothing")
     args = parser.parse_args(argv)
     started = time.monotonic()
+    key = None
+    if args.cache and not args.paths:
+        sys.path.insert(0, str(REPO))
+        from tools.test_cache import environment_key, repository_files
+
+        files = repository_files(REPO)
+        if files is not None:
+            key = environment_key([]) + "".join(f"{n}:{h}\n" for n, h in files.items())
+            key = hashlib.sha256(key.encode()).hexdigest()
+            if args.cache.is_file() and args.cache.read_text() == key:
+                print("typecheck: no file, package or setting changed since its last clean run (FRESH=1 runs it)")
+                return 0
+            args.cache.unlink(missing_ok=True)
     paths = args.paths or [str(REPO / p) for p in DEFAULT_PATHS]
     notebooks, python = collect(paths)
     out: Path = args.out.resolve()
@@ -194,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"typecheck: {len(notebooks)} notebooks and {len(python)} Python files, {counts['error']} errors, "
           f"{counts['warning']} warnings, in {time.monotonic() - started:.1f} s (basedpyright "
           f"{report.get('version', '?')})")
+    if key is not None and not counts["error"]:
+        args.cache.write_text(key)
     return 1 if counts["error"] else 0
 
 
