@@ -7,6 +7,8 @@ import pytest
 
 from d2l_ext import diagrams
 
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+
 matplotlib.use("Agg")
 
 

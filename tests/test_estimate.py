@@ -8,6 +8,8 @@ from torch import nn
 
 from d2l_ext import estimate_training_memory, measure_training_memory, zero_bytes_per_gpu
 
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+
 ROWS = ("parameters", "gradients", "optimizer state", "activations", "peak")
 
 

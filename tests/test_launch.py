@@ -13,6 +13,8 @@ import torch.distributed as dist
 
 from d2l_ext import launch
 
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+
 SCRIPT = textwrap.dedent("""\
     import os, sys, time
     import torch, torch.distributed as dist

@@ -8,6 +8,8 @@ from torch import nn
 
 from d2l_ext import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
 
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+
 
 def test_cpu_autocasts_to_bfloat16():
     assert autocast_dtype("cpu") == torch.bfloat16

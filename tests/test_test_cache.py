@@ -113,3 +113,16 @@ def test_a_partial_run_records_nothing(project):
     assert not (project / "record.json").exists() or (project / "record.json").read_text().strip() in ("{}", "")
     full = run(project)
     assert "2 passed" in full.stdout, full.stdout
+
+
+def test_a_module_that_says_it_reads_no_notebook_names_none():
+    """A wrong READS_NOTEBOOKS = False would let an edited notebook leave a stale pass: such a module must not name
+    a notebook, an edition, a markdown file or the folders that hold them."""
+    said = [p for p in sorted((REPO / "tests").glob("test_*.py")) if test_cache.OPTED_OUT.search(p.read_text())]
+    assert len(said) >= 10
+    for path in said:
+        text = test_cache.OPTED_OUT.sub("", path.read_text())
+        if path.name == "test_test_cache.py":  # its own fake paths name them on purpose, for temporary folders
+            continue
+        for name in ("notebooks", ".ipynb", "editions", ".md", "README", "glossary", "nbformat"):
+            assert name not in text, f"{path.name} says READS_NOTEBOOKS = False but names {name!r}"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tools import venv_disk
 
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+
 
 def install(site: Path, name: str, tag: str, files: dict[str, bytes], outside: str | None = None) -> Path:
     """A fake installed package: its files, and a dist-info with WHEEL and RECORD (as pip writes them)."""

@@ -42,7 +42,7 @@ KEYED_VARIABLES = re.compile(r"^(OMP_|MKL_|ONEDNN_|ATEN_|KMP_|OPENBLAS_|PYTHON|T
 DEVICE_FILES = ("/dev/nvidia*", "/dev/kfd", "/dev/dri/renderD*", "/dev/accel*", "/dev/dxg")
 NOT_READ_BY_NOTEBOOKS = re.compile(r"(\.ipynb|\.md)$|^editions/")
 ENVIRONMENT_VARIABLE = "TEST_CACHE_ENVIRONMENT_KEY"  # not matched by KEYED_VARIABLES
-OPTED_OUT = re.compile(r"^READS_NOTEBOOKS\s*=\s*False\s*$", re.M)
+OPTED_OUT = re.compile(r"^READS_NOTEBOOKS\s*=\s*False\b.*$", re.M)
 
 
 def repository_files(root: Path = REPO) -> dict[str, str] | None:
