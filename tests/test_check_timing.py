@@ -88,7 +88,7 @@ def test_twice_lists_a_timing_fact_with_its_first_run_and_a_rerun_fact_with_its_
     status = check_timing.main(["--twice", "--stretch", "2", "3", "--workers", "1", str(tmp_path)])
     printed = capsys.readouterr().out
     assert status == 1, printed
-    assert "each notebook run twice in one kernel: 2 compared cell(s) changed" in printed, printed
+    assert "each of 1 notebooks run twice in one kernel: 2 compared cell(s) changed" in printed, printed
     assert "planted.ipynb code cell 1 (clocks stretched): import time" in printed  # listed once, with its first run
     assert "fresh:  five short sleeps took less than 1.5x the time asked: False" in printed
     assert "planted.ipynb code cell 2 (second run in the same kernel): runs = " in printed

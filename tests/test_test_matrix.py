@@ -88,3 +88,25 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     assert build[2] == "env" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
     assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/pretend")
+
+
+def test_the_second_combined_run_is_check_timings_twice_pass_without_make_tests_pins(monkeypatch, tmp_path):
+    calls = []
+
+    def run(command, **kwargs):
+        import subprocess
+        calls.append((command, kwargs["env"]))
+        printed = "clocks stretched 1x to 3x (seed 0), each of 18 notebooks run twice in one kernel: 0 compared cell(s)"
+        return subprocess.CompletedProcess(command, 0, stdout=printed + " changed, in 200 s\n", stderr="")
+
+    monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
+    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for make check-timing and make run-twice
+    result = test_matrix.run_variant(variant, tmp_path)
+    ((command, environment),) = calls
+    assert command[2:4] == ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"]
+    assert environment["MKL_CBWR"] == "COMPATIBLE" and "PYTHON=/usr/bin/python3.13" in command
+    assert (result.passed, result.failed) == (18, 0)
+    listed = "... each of 18 notebooks run twice in one kernel: 3 compared cell(s) changed ..."
+    assert test_matrix.twice_counts(listed) == (18, 3)

@@ -81,10 +81,14 @@ def timing_changes(targets: list[str], seed: int = 0, stretch: tuple[float, floa
 
 
 def twice_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float] = (1.0, 3.0),
-                  workers: int = 2) -> list[str]:
+                  workers: int = 2, pinned: bool = True) -> list[str]:
     """Run each notebook twice in one kernel with stretched clocks; return a block of text per compared cell that
-    changed in the first run (a timing-derived fact) or only in the second (a re-run prints otherwise)."""
-    environment = {**TEST_ENVIRONMENT, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
+    changed in the first run (a timing-derived fact) or only in the second (a re-run prints otherwise).
+    ``pinned``: with make test's numeric pins; else with the numeric settings of this process's environment (the
+    matrix's run that carries this check sets its own)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    pins = TEST_ENVIRONMENT if pinned else {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads}
+    environment = {**pins, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
                    "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}",
                    "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
     paths = notebooks(targets)
@@ -114,13 +118,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="notebooks run at once (default 2)")
     parser.add_argument("--twice", action="store_true",
                         help="run each notebook twice in one kernel, and compare both runs (make run-twice's check)")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="with --twice: keep this environment's MKL, oneDNN and ATen settings instead of make "
+                             "test's pins (make test-matrix's second run)")
     parser.add_argument("targets", nargs="*", default=["notebooks"])
     args = parser.parse_args(argv)
+    if args.unpinned and not args.twice:
+        parser.error("--unpinned goes with --twice")
     started = time.perf_counter()
-    check = twice_changes if args.twice else timing_changes
-    listed = check(args.targets, args.seed, tuple(args.stretch), args.workers)
+    if args.twice:
+        listed = twice_changes(args.targets, args.seed, tuple(args.stretch), args.workers, pinned=not args.unpinned)
+    else:
+        listed = timing_changes(args.targets, args.seed, tuple(args.stretch), args.workers)
     print(f"clocks stretched {args.stretch[0]:g}x to {args.stretch[1]:g}x (seed {args.seed})"
-          + (", each notebook run twice in one kernel" if args.twice else "") + f": {len(listed)} compared "
+          + (f", each of {len(notebooks(args.targets))} notebooks run twice in one kernel" if args.twice else "")
+          + f": {len(listed)} compared "
           f"cell(s) changed, in {time.perf_counter() - started:.0f} s"
           + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
              "load cannot break (README: Outputs that hold on a busy machine)"

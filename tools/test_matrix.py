@@ -45,6 +45,7 @@ class Variant:
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
     pretend: str = ""  # torch made to report another build (tools/pretend/sitecustomize.py), as check_tags does
+    twice: bool = False  # run by `make check-timing CHECK_TIMING_ARGS="--twice --unpinned"`, not by nbval
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
@@ -69,6 +70,9 @@ EACH = [
 # unpinned oneDNN path is the default of the first). The Pythons are the oldest and the newest supported (3.13
 # is Colab's); make test runs 3.11, and 3.12 runs with --each. A cell that fails here is attributed with --each.
 #
+# The second runs each notebook twice in one kernel with every clock stretched 1x-3x, both runs compared (what
+# `make check-timing` and `make run-twice` check, tools/check_timing.py --twice): stretched clocks change only what
+# a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
 # The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
 # --mode cpu-build` does on its own: there, cells tagged build-dependent are not compared, and any other cell that
 # changes or raises fails, as it would for a learner with that build. A build can change only what torch reports,
@@ -77,8 +81,9 @@ EACH = [
 COMBINED = [
     Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build",
             {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10", pretend="cpu-build"),
-    Variant("Python 3.13 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread",
-            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.13"),
+    Variant("Python 3.13 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread + clocks stretched, run twice",
+            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.13",
+            twice=True),
 ]
 VARIANTS = EACH + COMBINED
 
@@ -97,6 +102,12 @@ def counts(output: str) -> tuple[int, int]:
     """Return (passed, failed + errors) from pytest's closing line."""
     found = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed|errors?)\b", output)}
     return found.get("passed", 0), found.get("failed", 0) + found.get("error", 0) + found.get("errors", 0)
+
+
+def twice_counts(output: str) -> tuple[int, int]:
+    """Return (notebooks run twice, compared cells listed) from tools/check_timing.py --twice's summary line."""
+    found = re.search(r"each of (\d+) notebooks run twice in one kernel: (\d+) compared cell", output)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def find_python(name: str) -> str | None:
@@ -130,7 +141,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
             # Too little disk for another torch: keep the variant's other settings, on make test's Python
             result.note = (f"{variant.python} NOT RUN: {free:.1f} GiB free, a new venv needs "
                            f"{SEEDED_VENV_GIB:.0f}; ran on .venv's Python")
-            variant = Variant(variant.name, variant.environment, None, variant.pins, variant.pretend)
+            variant = Variant(variant.name, variant.environment, None, variant.pins, variant.pretend, variant.twice)
         else:
             arguments, fresh = [f"PYTHON={python}", f"VENV={venv.name}", "SEED_FROM=.venv"], True
     if not variant.pins:
@@ -139,14 +150,15 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     if variant.pretend:  # the environment is built first, by a pip that must not import the pretending torch
         subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
-    done = subprocess.run(["make", "--no-print-directory", "notebooks", *arguments], cwd=REPO, env=environment,
+    target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
+    done = subprocess.run(["make", "--no-print-directory", *target, *arguments], cwd=REPO, env=environment,
                           capture_output=True, text=True)
     result.seconds = time.perf_counter() - start
     output = done.stdout + done.stderr
-    result.passed, result.failed = counts(output)
+    result.passed, result.failed = twice_counts(output) if variant.twice else counts(output)
     if done.returncode != 0:
         result.failed = max(result.failed, 1)
-        failures = re.findall(r"^(?:FAILED|ERROR) .*$", output, flags=re.M)
+        failures = re.findall(r"^(?:FAILED|ERROR) .*$|^\S+\.ipynb code cell \d+ .*$", output, flags=re.M)
         failure = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
         result.note = f"{result.note}; {failure}" if result.note else failure
         (log_folder / (drift_log.stem + ".log")).write_text(output)
@@ -159,7 +171,26 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     result.largest_drift = max(numeric, default=0.0)
     if any(d is None for d in drifts):
         result.note += " (some compared texts differed in words: see the log)"
+    if variant.twice:
+        result.note += " (passed: notebooks, each run twice; no drift is logged by check-timing)"
     return result
+
+
+def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
+    """Build the fresh venv of each variant that has another Python, if the disk keeps ``margin_gib`` free after it
+    (the runs themselves need room for their logs, and CI builds Colab's environment beside); say what was built."""
+    for variant in variants:
+        python = find_python(variant.python) if variant.python else None
+        venv = REPO / f".venv-{variant.python}"
+        if python is None or (venv / ".installed").exists():
+            continue
+        if free_gib(REPO) < SEEDED_VENV_GIB + margin_gib:
+            print(f"{venv.name} not built ahead: {free_gib(REPO):.1f} GiB free; its run will build it", flush=True)
+            continue
+        done = subprocess.run(["make", "--no-print-directory", "env", f"PYTHON={python}", f"VENV={venv.name}",
+                               "SEED_FROM=.venv"], cwd=REPO, env={**os.environ, **variant.environment})
+        print(f"{venv.name}: {'built' if done.returncode == 0 else 'NOT built; its run will try again'}", flush=True)
+    return 0
 
 
 def table(results: list[Result]) -> str:
@@ -178,6 +209,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--remove-venvs", action="store_true",
                         help="delete each fresh venv after its run (CI: a CUDA build of torch per Python fills disks)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="only build the fresh environments of the chosen variants, where the disk has room for "
+                             "all of them and a margin (CI builds them while make test runs), and run nothing")
     parser.add_argument("--report", default=str(REPO / "build" / "test-matrix.md"))
     args = parser.parse_args(argv)
     if args.list:
@@ -190,6 +224,8 @@ def main(argv: list[str]) -> int:
         chosen = [v for v in VARIANTS if any(v.name.startswith(w) for w in wanted)]
         if not chosen:
             parser.error(f"no variant matches {args.only!r}; see --list")
+    if args.build_only:
+        return build_only(chosen)
     log_folder = REPO / "build" / "test-matrix-logs"  # this run's only: the last run's are removed
     shutil.rmtree(log_folder, ignore_errors=True)
     log_folder.mkdir(parents=True)
