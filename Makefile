@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 # A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/venv_disk.py)
 SEED_FROM ?=
+# extra pip options: CI's throwaway environments pass --no-compile (Python compiles what a run imports)
+PIP_ARGS ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
 # The folder JupyterLab opens: the English notebooks, or an edition (make lab LAB_DIR=editions/vi or editions/zh-CN)
@@ -37,6 +39,7 @@ help:
 	@echo "make test-colab PYTHON=python3.13   the notebooks on Colab's packages and Python (tests/envs/colab.txt)"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
 	@echo "make check-timing   find compared outputs that change when every clock reading is stretched 1x-3x (load)"
+	@echo "                    CHECK_TIMING_ARGS=--twice: each notebook twice in one kernel, both runs compared (CI)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
 	@echo "make gpu-check      on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
@@ -61,9 +64,9 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py seed $(SEED_FROM))
-	$(BIN)/python -m pip install -r requirements.txt
-	$(BIN)/python -m pip install --no-deps -r requirements-d2l.txt
-	$(BIN)/python -m pip install --no-deps -e .
+	$(BIN)/python -m pip install $(PIP_ARGS) -r requirements.txt
+	$(BIN)/python -m pip install $(PIP_ARGS) --no-deps -r requirements-d2l.txt
+	$(BIN)/python -m pip install $(PIP_ARGS) --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (d2l_ext)"
 	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py dedupe $(SEED_FROM))
 	touch $@
