@@ -7,8 +7,6 @@ STAMP  := $(VENV)/.installed
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 # A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/venv_disk.py)
 SEED_FROM ?=
-# extra pip options: CI's throwaway environments pass --no-compile (Python compiles what a run imports)
-PIP_ARGS ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
 # The folder JupyterLab opens: the English notebooks, or an edition (make lab LAB_DIR=editions/vi or editions/zh-CN)
@@ -64,9 +62,9 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py seed $(SEED_FROM))
-	$(BIN)/python -m pip install $(PIP_ARGS) -r requirements.txt
-	$(BIN)/python -m pip install $(PIP_ARGS) --no-deps -r requirements-d2l.txt
-	$(BIN)/python -m pip install $(PIP_ARGS) --no-deps -e .
+	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m pip install --no-deps -r requirements-d2l.txt
+	$(BIN)/python -m pip install --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (d2l_ext)"
 	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py dedupe $(SEED_FROM))
 	touch $@

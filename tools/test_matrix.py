@@ -187,10 +187,8 @@ def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
         if free_gib(REPO) < SEEDED_VENV_GIB + margin_gib:
             print(f"{venv.name} not built ahead: {free_gib(REPO):.1f} GiB free; its run will build it", flush=True)
             continue
-        # --no-compile: a throwaway environment; Python compiles only the modules the run imports
         done = subprocess.run(["make", "--no-print-directory", "env", f"PYTHON={python}", f"VENV={venv.name}",
-                               "SEED_FROM=.venv", "PIP_ARGS=--no-compile"], cwd=REPO,
-                              env={**os.environ, **variant.environment})
+                               "SEED_FROM=.venv"], cwd=REPO, env={**os.environ, **variant.environment})
         print(f"{venv.name}: {'built' if done.returncode == 0 else 'NOT built; its run will try again'}", flush=True)
     return 0
 
