@@ -47,7 +47,7 @@ def interpreter(name: str, wanted: str) -> str:
     return path
 
 
-def build(python: str, venv: Path, compile_bytecode: bool = True) -> Path:
+def build(python: str, venv: Path) -> Path:
     """Create ``venv`` with Colab's packages, d2l (--no-deps) and d2l_ext, unless it holds this list already."""
     recipe = b"".join(p.read_bytes() for p in (TARGET, REPO / "requirements-d2l.txt")) + python.encode()
     stamp, digest = venv / ".colab-installed", hashlib.sha256(recipe).hexdigest()
@@ -57,12 +57,10 @@ def build(python: str, venv: Path, compile_bytecode: bool = True) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     seed = [[str(bin_python), str(REPO / "tools" / "venv_disk.py"), step, str(REPO / ".venv")]
             for step in ("seed", "dedupe")] if (REPO / ".venv" / ".installed").exists() else [[], []]
-    no_compile = [] if compile_bytecode else ["--no-compile"]  # CI's throwaway copy: compile what a run imports
     steps = [[python, "-m", "venv", str(venv)], seed[0],
-             [str(bin_python), "-m", "pip", "install", "-q", *no_compile, "-r", str(TARGET)],
-             [str(bin_python), "-m", "pip", "install", "-q", *no_compile, "--no-deps", "-r",
-              str(REPO / "requirements-d2l.txt")],
-             [str(bin_python), "-m", "pip", "install", "-q", *no_compile, "--no-deps", "-e", str(REPO)], seed[1]]
+             [str(bin_python), "-m", "pip", "install", "-q", "-r", str(TARGET)],
+             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(REPO / "requirements-d2l.txt")],
+             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)], seed[1]]
     for step in filter(None, steps):
         print("+ " + " ".join(step), flush=True)
         subprocess.run(step, check=True, cwd=REPO)
@@ -87,7 +85,7 @@ def main(argv: list[str]) -> int:
         if not (args.venv / ".colab-installed").exists() and free - COLAB_VENV_GIB < 12.0:
             print(f"{args.venv.name} not built ahead: {free:.1f} GiB free; make test-colab will build it", flush=True)
             return 0
-        build(python_path, args.venv, compile_bytecode=False)
+        build(python_path, args.venv)
         return 0
     if not (args.venv / ".colab-installed").exists() and free < COLAB_VENV_GIB:
         message = (f"make test-colab NOT RUN: {free:.1f} GiB free, and {args.venv.name} (another torch) needs "
