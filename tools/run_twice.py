@@ -25,7 +25,14 @@ from nbclient import NotebookClient
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.nbval_harness import compared_cell, outputs_match, tolerance_for  # noqa: E402
+from tests.nbval_harness import (  # noqa: E402
+    BUILD_METADATA_KEY,
+    compared_cell,
+    outputs_match,
+    should_compare,
+    tolerance_for,
+    torch_build,
+)
 from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
 
 
@@ -40,6 +47,12 @@ def run_differences(path: Path, environment: dict[str, str] | None = None,
     client = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=True,
                             resources={"metadata": {"path": str(path.parent)}})
     found = []
+    # as the harness decides under nbval: device-dependent cells are not compared on a machine with a GPU, nor
+    # build-dependent ones under another torch build than the one that made the stored outputs
+    import d2l_ext
+
+    has_accelerator = d2l_ext.num_gpus() > 0
+    same_build = notebook.metadata.get(BUILD_METADATA_KEY, {}).get("torch_build") == torch_build()
 
     def compare(run: int) -> None:
         code_index = -1
@@ -48,6 +61,8 @@ def run_differences(path: Path, environment: dict[str, str] | None = None,
                 continue
             code_index += 1
             if cell.execution_count is None or not compared_cell(cell):
+                continue
+            if not should_compare(cell.metadata.get("tags", []), has_accelerator, same_build):
                 continue
             if not outputs_match(cell.outputs, old or [], sanitize, tolerance_for(cell.metadata)):
                 first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
