@@ -87,26 +87,53 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     (build, build_env), (notebooks, notebooks_env) = calls
     assert build[2] == "env" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
     assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
+    assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/pretend")
 
 
-def test_the_second_combined_run_is_check_timings_twice_pass_without_make_tests_pins(monkeypatch, tmp_path):
+def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_matrix.Result]:
+    """Run the Colab variant with every command recorded (none run) and its venv taken as built."""
     calls = []
 
     def run(command, **kwargs):
         import subprocess
-        calls.append((command, kwargs["env"]))
-        printed = "clocks stretched 1x to 3x (seed 0), each of 18 notebooks run twice in one kernel: 0 compared cell(s)"
-        return subprocess.CompletedProcess(command, 0, stdout=printed + " changed, in 200 s\n", stderr="")
+        calls.append((command, kwargs.get("env")))
+        printed, code = "", 0
+        if "tools/check_timing.py" in command:
+            printed = ("clocks stretched 1x to 3x (seed 0), each of 18 notebooks run twice in one kernel: "
+                       "0 compared cell(s) changed, in 200 s\n")
+        elif "tests/test_widgets.py" in command:
+            printed = "2 passed in 1.0s\n"
+        elif "--dry-run" in command and not resolves:
+            code = 1
+        error = "" if code == 0 else "ERROR: No matching distribution found for torch==2.14.1\n"
+        return subprocess.CompletedProcess(command, code, stdout=printed, stderr=error)
 
+    from tools import colab_stack
     monkeypatch.setattr(test_matrix.subprocess, "run", run)
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
-    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for make check-timing and make run-twice
-    result = test_matrix.run_variant(variant, tmp_path)
-    ((command, environment),) = calls
-    assert command[2:4] == ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"]
-    assert environment["MKL_CBWR"] == "COMPATIBLE" and "PYTHON=/usr/bin/python3.13" in command
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.COLAB_VENV_GIB + 1)
+    monkeypatch.setattr(colab_stack, "build", lambda python, venv: venv / "bin" / "python")
+    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for check-timing, run-twice and test-colab
+    return calls, test_matrix.run_variant(variant, tmp_path)
+
+
+def test_the_second_combined_run_is_the_twice_pass_on_colabs_packages(monkeypatch, tmp_path):
+    calls, result = colab_run(monkeypatch, tmp_path)
+    (twice, twice_env), (widgets, _), (resolve, _) = calls
+    colab_python = str(test_matrix.REPO / ".venv-colab" / "bin" / "python")
+    assert twice == [colab_python, "tools/check_timing.py", "--twice", "--unpinned"]  # not make: no pins installed
+    assert twice_env["MKL_CBWR"] == "COMPATIBLE" and twice_env["OMP_NUM_THREADS"] == "1"
+    assert widgets[0] == colab_python and widgets[-1] == "tests/test_widgets.py"  # the sliders on ipywidgets 7
+    assert resolve[resolve.index("--python-version") + 1] == test_matrix.COLAB_PYTHON == "3.13"
+    assert "--dry-run" in resolve and "--only-binary=:all:" in resolve  # our pins: resolved, not installed
     assert (result.passed, result.failed) == (18, 0)
+    assert "requirements.txt resolves to wheels for Python 3.13" in result.note
     listed = "... each of 18 notebooks run twice in one kernel: 3 compared cell(s) changed ..."
     assert test_matrix.twice_counts(listed) == (18, 3)
+
+
+def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp_path):
+    _, result = colab_run(monkeypatch, tmp_path, resolves=False)
+    assert result.failed == 1
+    assert "requirements.txt does NOT resolve for Python 3.13: ERROR: No matching distribution" in result.note

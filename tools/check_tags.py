@@ -62,6 +62,11 @@ def pytest_runtest_makereport(item, call):
                                "error": error if how == "exception" else ""}) + "\n")
 
 
+# as `make test` runs the notebooks (Makefile: NUMERIC_ENV and TEST_THREADS): a change these checks list comes from
+# what they pretend, not from another code path or thread count (make test-matrix's business)
+TEST_ENVIRONMENT = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
+
+
 def code_cells(path: Path) -> list:
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
@@ -94,7 +99,8 @@ def shown(notebook: str) -> str:
 def untagged_changes(mode: str, targets: list[str], workers: int = 2) -> list[str]:
     """Run nbval with torch reporting ``mode``; return 'notebook cell N: how' for each untagged changed cell."""
     failures = {notebook: {index: failure["how"] for index, failure in cells.items()}
-                for notebook, cells in failed_cells({"D2L_EXT_PRETEND": mode}, targets, workers).items()}
+                for notebook, cells in failed_cells({**TEST_ENVIRONMENT, "D2L_EXT_PRETEND": mode}, targets,
+                                                    workers).items()}
     listed = []
     for notebook, cells in sorted(failures.items()):
         first_exception = min((i for i, how in cells.items() if how == "exception"), default=None)

@@ -35,12 +35,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tools.check_tags import code_cells, failed_cells, shown  # noqa: E402  (the repository root is on the path now)
+from tools.check_tags import (  # noqa: E402  (the repository root is on the path now)
+    TEST_ENVIRONMENT,
+    code_cells,
+    failed_cells,
+    shown,
+)
 from tools.refresh_outputs import notebooks  # noqa: E402
 from tools.run_twice import run_differences  # noqa: E402
-
-# as `make test` runs the notebooks (Makefile: NUMERIC_ENV and TEST_THREADS)
-TEST_ENVIRONMENT = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
 
 
 def changed_lines(entries: list[dict]) -> list[str]:

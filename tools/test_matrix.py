@@ -11,9 +11,10 @@ It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or 
 By default it runs two combined variants (what CI runs): between them they set every value that one of the
 single variants sets (each MKL and oneDNN code path, ATen without vector kernels, 1 and 4 threads) and the
 oldest and newest Python supported, so that a cell that one change would break fails in one of the two runs,
-at less than a quarter of the cost of running each change alone. `--each` runs each change alone, nine
-runs, to tell which one moved a cell (the table then shows the largest drift each caused); `--only` picks
-runs by name.
+at less than a quarter of the cost of running each change alone. The second runs on Colab's packages
+(tests/envs/colab.txt, the environment `make test-colab` builds), so CI needs no separate Colab pass.
+`--each` runs each change alone, nine runs, to tell which one moved a cell (the table then shows the largest
+drift each caused); `--only` picks runs by name.
 
 Usage: python tools/test_matrix.py [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
 """
@@ -27,13 +28,17 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tools.venv_disk import SEEDED_VENV_GIB, free_gib  # noqa: E402
+from tools.colab_env import TARGET, colab_python  # noqa: E402
+from tools.venv_disk import COLAB_VENV_GIB, SEEDED_VENV_GIB, free_gib  # noqa: E402
+
+COLAB_PYTHON = colab_python(TARGET.read_text())  # the Python of Colab's runtime, which tests/envs/colab.txt names
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ class Variant:
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
     pretend: str = ""  # torch made to report another build (tools/pretend/sitecustomize.py), as check_tags does
-    twice: bool = False  # run by `make check-timing CHECK_TIMING_ARGS="--twice --unpinned"`, not by nbval
+    twice: bool = False  # run by tools/check_timing.py --twice --unpinned (check-timing and run-twice), not by nbval
+    colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/colab_stack.py
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
@@ -70,6 +76,12 @@ EACH = [
 # unpinned oneDNN path is the default of the first). The Pythons are the oldest and the newest supported (3.13
 # is Colab's); make test runs 3.11, and 3.12 runs with --each. A cell that fails here is attributed with --each.
 #
+# The second runs on Colab's packages (another torch, an old ipykernel, ipywidgets 7: `make test-colab`'s
+# environment, whose pass CI no longer makes on its own) with the sliders' tests; packages can change any text, but
+# a failure there is attributed by `make test-colab` (Colab's packages with make test's pins). Our own pins on that
+# Python are resolved by pip without installing them (binary wheels for every pin); the notebooks run on our pins
+# under 3.10 here, 3.11 in make test and 3.12 and 3.13 with --each.
+#
 # The second runs each notebook twice in one kernel with every clock stretched 1x-3x, both runs compared (what
 # `make check-timing` and `make run-twice` check, tools/check_timing.py --twice): stretched clocks change only what
 # a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
@@ -81,9 +93,10 @@ EACH = [
 COMBINED = [
     Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build",
             {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10", pretend="cpu-build"),
-    Variant("Python 3.13 + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread + clocks stretched, run twice",
-            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}, python="python3.13",
-            twice=True),
+    Variant(f"Colab's packages on Python {COLAB_PYTHON} + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread + "
+            "clocks stretched, run twice",
+            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"},
+            python=f"python{COLAB_PYTHON}", twice=True, colab=True),
 ]
 VARIANTS = EACH + COMBINED
 
@@ -124,12 +137,17 @@ def find_python(name: str) -> str | None:
 def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
-    environment = {**os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log), **variant.environment}
+    # Idle OpenMP threads sleep instead of spinning: two notebooks at once, each with several threads, oversubscribe
+    # the cores, and spinning threads take them from the working ones (the 4-thread run here: 209 s, 145 s with
+    # this). How a thread waits changes no result, only where the time goes.
+    environment = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "D2L_EXT_DRIFT_LOG": str(drift_log),
+                   **variant.environment}
     if variant.pretend:
         environment.update({"D2L_EXT_PRETEND": variant.pretend,
                             "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])})
     arguments, fresh = [], False
-    venv = REPO / f".venv-{variant.python}"
+    venv, installed, needed = fresh_venv(variant)
+    python = None
     if variant.python:
         python = find_python(variant.python)
         if python is None:
@@ -137,11 +155,11 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
             result.failed = 1
             return result
         free = free_gib(REPO)
-        if not (venv / ".installed").exists() and free < SEEDED_VENV_GIB:
+        if not installed.exists() and free < needed:
             # Too little disk for another torch: keep the variant's other settings, on make test's Python
-            result.note = (f"{variant.python} NOT RUN: {free:.1f} GiB free, a new venv needs "
-                           f"{SEEDED_VENV_GIB:.0f}; ran on .venv's Python")
-            variant = Variant(variant.name, variant.environment, None, variant.pins, variant.pretend, variant.twice)
+            result.note = (f"{venv.name if variant.colab else variant.python} NOT RUN: {free:.1f} GiB free, a new "
+                           f"venv needs {needed:.0f}; ran on .venv's Python")
+            variant, python = replace(variant, python=None, colab=False), None
         else:
             arguments, fresh = [f"PYTHON={python}", f"VENV={venv.name}", "SEED_FROM=.venv"], True
     if not variant.pins:
@@ -150,13 +168,28 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     if variant.pretend:  # the environment is built first, by a pip that must not import the pretending torch
         subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
-    target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
-    done = subprocess.run(["make", "--no-print-directory", *target, *arguments], cwd=REPO, env=environment,
-                          capture_output=True, text=True)
+    if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
+        from tools import colab_stack  # here: it imports find_python from this module
+        assert python is not None
+        bin_python = str(colab_stack.build(python, venv))
+        commands = [[bin_python, "tools/check_timing.py", "--twice", "--unpinned"],
+                    [bin_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_widgets.py"]]
+    else:
+        target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
+        commands = [["make", "--no-print-directory", *target, *arguments]]
+    runs = [subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True) for command in commands]
     result.seconds = time.perf_counter() - start
-    output = done.stdout + done.stderr
-    result.passed, result.failed = twice_counts(output) if variant.twice else counts(output)
-    if done.returncode != 0:
+    output = "".join(done.stdout + done.stderr for done in runs)
+    result.passed, result.failed = twice_counts(runs[0].stdout) if variant.twice else counts(output)
+    if len(runs) > 1:  # the sliders' tests on Colab's ipywidgets 7
+        passed, failed = counts(runs[1].stdout + runs[1].stderr)
+        result.note = f"sliders' tests on Colab's ipywidgets: {passed} passed, {failed} failed"
+        result.failed += failed
+    if result.variant.colab:  # our pins on Colab's Python, which no run here installs
+        resolved, said = pins_resolve(COLAB_PYTHON)
+        result.note = "; ".join(filter(None, [result.note, said]))
+        result.failed += not resolved
+    if any(done.returncode != 0 for done in runs):
         result.failed = max(result.failed, 1)
         failures = re.findall(r"^(?:FAILED|ERROR) .*$|^\S+\.ipynb code cell \d+ .*$", output, flags=re.M)
         failure = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
@@ -176,20 +209,51 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     return result
 
 
+def pins_resolve(version: str) -> tuple[bool, str]:
+    """Whether requirements.txt resolves to binary wheels for Python ``version``, and a line that says so (pip's
+    dry run: nothing is installed). The matrix runs the notebooks on that Python with Colab's packages, not ours."""
+    with tempfile.TemporaryDirectory() as target:
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+                               "--only-binary=:all:", "--python-version", version, "--target", target,
+                               "-r", str(REPO / "requirements.txt")], cwd=REPO, capture_output=True, text=True)
+    if done.returncode == 0:
+        return True, f"requirements.txt resolves to wheels for Python {version}"
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or done.stderr.splitlines()[-1:]
+    return False, f"requirements.txt does NOT resolve for Python {version}: {'; '.join(errors)[:300]}"
+
+
+def fresh_venv(variant: Variant) -> tuple[Path, Path, float]:
+    """Return the fresh venv of a variant with another Python, the file that says it is built, and the GiB it needs."""
+    if variant.colab:
+        venv = REPO / ".venv-colab"
+        return venv, venv / ".colab-installed", COLAB_VENV_GIB
+    venv = REPO / f".venv-{variant.python}"
+    return venv, venv / ".installed", SEEDED_VENV_GIB
+
+
 def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
     """Build the fresh venv of each variant that has another Python, if the disk keeps ``margin_gib`` free after it
-    (the runs themselves need room for their logs, and CI builds Colab's environment beside); say what was built."""
+    (the runs themselves need room for their logs and the other venv); say what was built."""
     for variant in variants:
         python = find_python(variant.python) if variant.python else None
-        venv = REPO / f".venv-{variant.python}"
-        if python is None or (venv / ".installed").exists():
+        venv, installed, needed = fresh_venv(variant)
+        if python is None or installed.exists():
             continue
-        if free_gib(REPO) < SEEDED_VENV_GIB + margin_gib:
+        if free_gib(REPO) < needed + margin_gib:
             print(f"{venv.name} not built ahead: {free_gib(REPO):.1f} GiB free; its run will build it", flush=True)
             continue
-        done = subprocess.run(["make", "--no-print-directory", "env", f"PYTHON={python}", f"VENV={venv.name}",
-                               "SEED_FROM=.venv"], cwd=REPO, env={**os.environ, **variant.environment})
-        print(f"{venv.name}: {'built' if done.returncode == 0 else 'NOT built; its run will try again'}", flush=True)
+        if variant.colab:
+            from tools import colab_stack  # here: it imports find_python from this module
+            try:
+                colab_stack.build(python, venv)
+                built = True
+            except subprocess.CalledProcessError:
+                built = False
+        else:
+            built = subprocess.run(["make", "--no-print-directory", "env", f"PYTHON={python}", f"VENV={venv.name}",
+                                    "SEED_FROM=.venv"], cwd=REPO, env={**os.environ, **variant.environment}
+                                   ).returncode == 0
+        print(f"{venv.name}: {'built' if built else 'NOT built; its run will try again'}", flush=True)
     return 0
 
 
