@@ -137,3 +137,24 @@ def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp
     _, result = colab_run(monkeypatch, tmp_path, resolves=False)
     assert result.failed == 1
     assert "requirements.txt does NOT resolve for Python 3.13: ERROR: No matching distribution" in result.note
+
+
+def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_python(monkeypatch, tmp_path):
+    calls = []
+
+    def run(command, **kwargs):
+        import subprocess
+        calls.append(command)
+        printed = "each of 18 notebooks run twice in one kernel: 0 compared cell(s) changed\n"
+        return subprocess.CompletedProcess(command, 0, stdout=printed if "make" in command else "", stderr="")
+
+    monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(test_matrix, "free_gib", lambda path: 2.0)
+    monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-colab built there
+    result = test_matrix.run_variant(next(v for v in COMBINED if v.colab), tmp_path)
+    twice, resolve = calls
+    assert twice[:4] == ["make", "--no-print-directory", "check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"]
+    assert not any(a.startswith(("PYTHON=", "VENV=")) for a in twice)  # .venv's Python, the settings kept
+    assert "--dry-run" in resolve  # our pins on Colab's Python are still resolved
+    assert result.note.startswith(".venv-colab NOT RUN: 2.0 GiB free") and result.passed == 18
