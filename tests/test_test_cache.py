@@ -22,12 +22,15 @@ def keys(files: dict[str, str], environment: str = "env") -> dict[str, str]:
 
 
 FILES = {"notebooks/a.ipynb": "1", "notebooks/b.ipynb": "2", "editions/vi/a.ipynb": "3", "README.md": "4",
-         "d2l_ext/devices.py": "5", "tests/sanitize.cfg": "6", "tests/test_x.py": "7"}
+         "d2l_ext/devices.py": "5", "tests/sanitize.cfg": "6", "tests/test_x.py": "7", ".ci/run": "8",
+         ".github/workflows/book.yml": "9"}
 
 
-@pytest.mark.parametrize("edited", ["notebooks/b.ipynb", "editions/vi/a.ipynb", "README.md"])
-def test_a_notebook_does_not_rerun_for_another_notebook_an_edition_or_markdown(edited):
+@pytest.mark.parametrize("edited", ["notebooks/b.ipynb", "editions/vi/a.ipynb", "README.md", ".ci/run",
+                                    ".github/workflows/book.yml"])
+def test_a_notebook_does_not_rerun_for_another_notebook_an_edition_markdown_or_ci(edited):
     assert keys({**FILES, edited: "changed"})["notebooks/a.ipynb"] == keys(FILES)["notebooks/a.ipynb"]
+    assert keys({**FILES, edited: "changed"})["tests/test_x.py"] != keys(FILES)["tests/test_x.py"]  # a module does
 
 
 @pytest.mark.parametrize("edited", ["notebooks/a.ipynb", "d2l_ext/devices.py", "tests/sanitize.cfg"])

@@ -5,7 +5,7 @@ notebooks that the edit did not touch. Like a build system's test cache, this re
 or a notebook under nbval) only when something it may read has changed since it last passed here:
 
 - a notebook is keyed on its own bytes and on every other file in the repository except the other notebooks, the
-  editions and markdown (no notebook reads those);
+  editions, markdown, and CI's scripts and workflows (.ci/, .github/): no notebook reads those;
 - a test module is keyed on every file in the repository, notebooks included, unless it says
   ``READS_NOTEBOOKS = False`` at top level (it reads no notebook, edition or markdown file);
 - both are keyed on the environment: the Python, every installed package and its version, the environment
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 KEYED_VARIABLES = re.compile(r"^(OMP_|MKL_|ONEDNN_|ATEN_|KMP_|OPENBLAS_|PYTHON|TORCH|PYTORCH_|CUDA_|HIP_|ROCR_|NCCL_|"
                              r"GLOO_|D2L_|NBVAL|LANG$|LC_|TZ$|NO_COLOR$|FORCE_COLOR$)")
 DEVICE_FILES = ("/dev/nvidia*", "/dev/kfd", "/dev/dri/renderD*", "/dev/accel*", "/dev/dxg")
-NOT_READ_BY_NOTEBOOKS = re.compile(r"(\.ipynb|\.md)$|^editions/")
+NOT_READ_BY_NOTEBOOKS = re.compile(r"(\.ipynb|\.md)$|^(editions|\.ci|\.github)/")
 ENVIRONMENT_VARIABLE = "TEST_CACHE_ENVIRONMENT_KEY"  # not matched by KEYED_VARIABLES
 OPTED_OUT = re.compile(r"^READS_NOTEBOOKS\s*=\s*False\b.*$", re.M)
 
