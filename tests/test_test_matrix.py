@@ -136,7 +136,7 @@ def test_the_second_combined_run_is_the_twice_pass_on_colabs_packages(monkeypatc
 def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp_path):
     _, result = colab_run(monkeypatch, tmp_path, resolves=False)
     assert result.failed == 1
-    assert "requirements.txt does NOT resolve for Python 3.13: ERROR: No matching distribution" in result.note
+    assert "pip could NOT resolve requirements.txt for Python 3.13: ERROR: No matching distribution" in result.note
 
 
 def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_python(monkeypatch, tmp_path):

@@ -7,8 +7,10 @@ does, and the sliders' tests (tests/test_widgets.py: Colab's ipywidgets is 7, ma
 `build-dependent` are compared only under the torch build that made them (the harness
 reads it from the notebook's metadata), so they run here but are not compared.
 
-Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [--remove-venv] [--skip-if-no-disk]
-       [pytest arguments ...]
+Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [--remove-venv] [pytest arguments ...]
+
+CI does not call it: the matrix's Python 3.13 run (tools/test_matrix.py) builds this environment with build()
+and runs its own pass there.
 """
 
 from __future__ import annotations
@@ -72,28 +74,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--python", required=True, help="Colab's Python version, e.g. python3.13 or a path")
     parser.add_argument("--venv", type=Path, default=REPO / ".venv-colab")
-    parser.add_argument("--remove-venv", action="store_true", help="delete the venv after the run (CI's disk)")
-    parser.add_argument("--skip-if-no-disk", action="store_true",
-                        help="print a banner and exit 0 when the venv does not fit on the disk (CI)")
-    parser.add_argument("--build-only", action="store_true",
-                        help="build the venv where the disk has room for it and a margin, and run nothing (CI)")
+    parser.add_argument("--remove-venv", action="store_true", help="delete the venv after the run (another torch)")
     args, pytest_args = parser.parse_known_args(argv)
     wanted = colab_python(TARGET.read_text())
     python_path = interpreter(args.python, wanted)
     free = free_gib(REPO)
-    if args.build_only:  # CI, while make test runs: only where the runs beside it keep room
-        if not (args.venv / ".colab-installed").exists() and free - COLAB_VENV_GIB < 12.0:
-            print(f"{args.venv.name} not built ahead: {free:.1f} GiB free; make test-colab will build it", flush=True)
-            return 0
-        build(python_path, args.venv)
-        return 0
     if not (args.venv / ".colab-installed").exists() and free < COLAB_VENV_GIB:
-        message = (f"make test-colab NOT RUN: {free:.1f} GiB free, and {args.venv.name} (another torch) needs "
-                   f"about {COLAB_VENV_GIB:.0f} GiB: free some disk and run it again")
-        if args.skip_if_no_disk:  # CI: a full disk must not hide what make test said
-            print("=" * 80 + f"\n{message}\n" + "=" * 80, flush=True)
-            return 0
-        sys.exit(message)
+        sys.exit(f"make test-colab NOT RUN: {free:.1f} GiB free, and {args.venv.name} (another torch) needs "
+                 f"about {COLAB_VENV_GIB:.0f} GiB: free some disk and run it again")
     python = build(python_path, args.venv)
     command = [str(python), "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
                "tests/sanitize.cfg", "--nbval-cell-timeout", "300", "-n", "2", "--dist", "loadfile", "-q",

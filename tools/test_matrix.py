@@ -219,7 +219,7 @@ def pins_resolve(version: str) -> tuple[bool, str]:
     if done.returncode == 0:
         return True, f"requirements.txt resolves to wheels for Python {version}"
     errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or done.stderr.splitlines()[-1:]
-    return False, f"requirements.txt does NOT resolve for Python {version}: {'; '.join(errors)[:300]}"
+    return False, f"pip could NOT resolve requirements.txt for Python {version}: {'; '.join(errors)[:300]}"
 
 
 def fresh_venv(variant: Variant) -> tuple[Path, Path, float]:
