@@ -1,5 +1,7 @@
 """d2l_ext's device functions, with what torch reports controlled (never the machine's own hardware)."""
 
+import subprocess
+
 import pytest
 import torch
 
@@ -106,22 +108,92 @@ def test_skip_message_wording():
     assert "of type Apple MPS" in guard.skip_message(1, 1, "cuda", kind="mps")
 
 
-def test_a_driver_that_torch_cannot_use_is_named_not_called_no_gpu(monkeypatch, capsys):
-    # a T4 box on an older driver than the torch build's CUDA needs: nvidia-smi runs, torch finds nothing (m10)
+T4_LISTED = "GPU 0: Tesla T4 (UUID: GPU-5a1e0c2f-0000-0000-0000-000000000000)\n"
+
+
+def fake_nvidia_smi(monkeypatch, present: bool = True, returncode: int = 0, stdout: str = "",
+                    hangs: bool = False) -> list[list[str]]:
+    """Control what ``nvidia-smi -L`` does for d2l_ext.guard; return the list of commands it was asked to run."""
+    calls: list[list[str]] = []
+
+    def run(command, **kwargs):
+        calls.append(command)
+        if hangs:
+            raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+        return subprocess.CompletedProcess(command, returncode, stdout=stdout, stderr="")
+
+    monkeypatch.setattr(guard.shutil, "which",
+                        lambda name: "/usr/bin/nvidia-smi" if present and name == "nvidia-smi" else None)
+    monkeypatch.setattr(guard.subprocess, "run", run)
+    return calls
+
+
+def torch_built_for_cuda_without_a_gpu(monkeypatch) -> None:
+    """A CUDA build of torch that finds no GPU, with no GPU hidden on purpose."""
     fake_accelerator(monkeypatch, None, 0)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(guard.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert guard.unusable_driver() == "13.0"
+
+
+def test_a_driver_that_torch_cannot_use_is_named_not_called_no_gpu(monkeypatch, capsys):
+    # a T4 box on an older driver than the torch build's CUDA needs: nvidia-smi lists the T4, torch finds nothing
+    torch_built_for_cuda_without_a_gpu(monkeypatch)
+    calls = fake_nvidia_smi(monkeypatch, stdout=T4_LISTED)
+    assert guard.unusable_driver() == guard.UnusableDriver("GPU 0: Tesla T4", "13.0")
+    assert calls[0] == ["/usr/bin/nvidia-smi", "-L"]
     assert d2l_ext.needs_gpus(1) is False
     printed = capsys.readouterr().out
     assert printed.count("\n") == 1 and "no GPU" not in printed
-    assert "has an NVIDIA driver (nvidia-smi runs), but PyTorch, built for CUDA 13.0, cannot use it" in printed
+    assert ("nvidia-smi lists a GPU (GPU 0: Tesla T4), but PyTorch, built for CUDA 13.0, cannot use it: "
+            "the NVIDIA driver is most likely older than CUDA 13.0 needs") in printed
+    assert "UUID" not in printed
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU chosen: the driver is still to blame
-    assert guard.unusable_driver() == "13.0"
+    assert guard.unusable_driver() == guard.UnusableDriver("GPU 0: Tesla T4", "13.0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # GPUs hidden on purpose: the driver is not to blame
     assert guard.unusable_driver() is None
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    monkeypatch.setattr(guard.shutil, "which", lambda name: None)  # no driver at all: plain "no GPU"
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi",
+    [
+        {"present": False},  # no driver at all
+        {"returncode": 9, "stdout": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."},
+        {"returncode": 6, "stdout": "No devices were found\n"},  # a container image with the tools, no GPU
+        {"returncode": 0, "stdout": ""},  # runs, lists nothing
+        {"hangs": True},  # stuck: given up after the timeout
+    ],
+    ids=["absent", "fails", "no-devices", "lists-nothing", "times-out"],
+)
+def test_the_driver_is_blamed_only_for_a_gpu_that_nvidia_smi_lists(monkeypatch, capsys, nvidia_smi):
+    torch_built_for_cuda_without_a_gpu(monkeypatch)
+    calls = fake_nvidia_smi(monkeypatch, **nvidia_smi)
     assert guard.unusable_driver() is None
+    assert d2l_ext.needs_gpus(1) is False
+    assert "this machine has no GPU" in capsys.readouterr().out
+    assert len(calls) == (0 if nvidia_smi.get("present") is False else 2)  # nothing run without the binary
+
+
+def test_nvidia_smi_is_not_run_when_torch_has_a_gpu_or_no_cuda(monkeypatch):
+    torch_built_for_cuda_without_a_gpu(monkeypatch)
+    calls = fake_nvidia_smi(monkeypatch, stdout=T4_LISTED)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch uses the GPU: nothing to blame
+    assert guard.unusable_driver() is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only build: no driver can help it
+    assert guard.unusable_driver() is None
+    assert calls == []
+
+
+def test_nvidia_smi_is_given_a_short_timeout(monkeypatch):
+    torch_built_for_cuda_without_a_gpu(monkeypatch)
+    seen = {}
+
+    def run(command, **kwargs):
+        seen.update(kwargs)
+        return subprocess.CompletedProcess(command, 0, stdout=T4_LISTED, stderr="")
+
+    monkeypatch.setattr(guard.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(guard.subprocess, "run", run)
+    assert guard.unusable_driver() is not None
+    assert 0 < seen["timeout"] <= 10
