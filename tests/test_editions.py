@@ -1,7 +1,8 @@
 """The Vietnamese and Chinese editions: paired cell by cell with the English notebooks (tools/editions.py).
 
-Kernel-free. The first test holds the real editions to the rules; the others plant each kind of divergence in a
-copy and check that it is found, named by notebook and cell.
+Kernel-free. The first test holds the real editions (notebooks and glossaries) to the rules; the others plant each
+kind of divergence in a copy and check that it is found, named by notebook and cell: code that differs beyond its
+comments, translated comments that are stale or unrecorded, a glossary row that is not the English one.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import pytest
 from tools import editions
 
 NOTEBOOKS = editions.english_notebooks()
+REPO = editions.REPO
 
 
 @pytest.mark.parametrize("language", list(editions.LANGUAGES))
 def test_every_edition_is_in_step_with_english(language):
     found = [line for relative in NOTEBOOKS for line in editions.problems(language, relative)]
+    found += editions.glossary_problems(language)
     assert found == [], f"{len(found)} problems, the first: {found[:5]} (python tools/editions.py status)"
 
 
@@ -76,16 +79,107 @@ def test_a_changed_code_cell_is_named(course):
                                                  "English cell (only comments may be translated)"]
 
 
-def test_a_translated_comment_is_allowed(course):
+def commented_cell(notebook):
+    """The first code cell (Colab's setup left out) with a comment line of its own."""
+    return next(c for c in notebook.cells if c.cell_type == "code" and c.id != "colab-setup"
+                and any(line.lstrip().startswith("#") for line in c.source.splitlines()))
+
+
+def with_comments(source: str, text: str) -> str:
+    """Return ``source`` with each comment replaced by ``text`` (and a longer comment wrapped onto a second line)."""
+    lines = []
+    for line in source.splitlines():
+        if line.lstrip().startswith("#"):
+            indent = line[:len(line) - len(line.lstrip())]
+            lines += [f"{indent}# {text}", f"{indent}# (tiếp)"]
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def test_a_translated_comment_is_allowed_and_recorded(course):
     root, relative = course
-
-    def translate_comment(notebook):
-        cell = next(c for c in notebook.cells if c.cell_type == "code" and "#" in c.source and c.id != "colab-setup")
-        cell.source = "\n".join(line.split("#")[0] + "# (vi) chú thích" if "#" in line else line
-                                for line in cell.source.splitlines())
-
-    edit(root / "editions/vi" / relative, translate_comment)
+    cell = commented_cell(nbformat.read(root / "editions/vi" / relative, as_version=4))
+    english_comments = editions.english_comment_lines("vi", relative)
+    assert editions.apply("vi", relative, {cell.id: with_comments(cell.source, "(vi) chú thích")}) == 1
+    translated = next(c for c in nbformat.read(root / "editions/vi" / relative, as_version=4).cells if c.id == cell.id)
+    assert "# (vi) chú thích" in translated.source
+    assert translated.metadata["i18n"] == {"source_sha": editions.source_sha(cell.source)}
     assert editions.problems("vi", relative) == []
+    assert editions.english_comment_lines("vi", relative) == english_comments - len(editions.comments(cell.source))
+
+
+def test_comments_translated_by_hand_without_a_hash_are_named(course):
+    root, relative = course
+    found = {}
+
+    def translate(notebook):
+        cell = commented_cell(notebook)
+        found["id"] = cell.id
+        cell.source = with_comments(cell.source, "(vi) chú thích")
+
+    edit(root / "editions/vi" / relative, translate)
+    assert editions.problems("vi", relative) == [
+        f"editions/vi/01_devices.ipynb cell {found['id']}: comments translated without i18n.source_sha (record them "
+        "with apply)"]
+    assert list(editions.todo("vi", relative)) == [found["id"]]  # apply records them
+
+
+@pytest.mark.parametrize("change", [
+    lambda source: source + "\nx = 1  # (vi) một dòng mới",         # a line of code beside a comment
+    lambda source: source.replace("(", "( ", 1).replace("# ", "## ", 1) + '\nprint("# không phải chú thích")',
+    lambda source: "\n".join(line.split("#")[0].rstrip() + "  # (vi)" if "#" in line else "    " + line
+                             for line in source.splitlines()),  # indentation changed
+])
+def test_code_that_differs_beyond_comments_is_refused(course, change):
+    root, relative = course
+    cell = commented_cell(nbformat.read(root / "editions/vi" / relative, as_version=4))
+    with pytest.raises(SystemExit, match=f"cell {cell.id}: the translation changes the code, not only comments"):
+        editions.apply("vi", relative, {cell.id: change(cell.source)})
+    edit(root / "editions/vi" / relative,
+         lambda nb: setattr(next(c for c in nb.cells if c.id == cell.id), "source", change(cell.source)))
+    assert editions.problems("vi", relative) == [f"editions/vi/01_devices.ipynb cell {cell.id}: code differs from "
+                                                 "the English cell (only comments may be translated)"]
+
+
+def test_a_changed_shell_line_is_code_not_a_comment(course):
+    assert editions.code_tokens("!nvidia-smi  # GPUs") != editions.code_tokens("!nvidia-smi  # GPU")
+    assert editions.code_tokens("x = 1  # one\n# two\ny = x") == editions.code_tokens("x = 1  # một\n\ny = x")
+    assert editions.code_tokens("if x:\n    y = 1\n") != editions.code_tokens("if x:\n    y = 1\nz = 2\n")
+    assert editions.comments("!ls  # x\nx = 1  # một\n") == ["# một"]
+
+
+def test_sync_keeps_translated_comments_while_the_english_code_is_the_same(course):
+    root, relative = course
+    cell = commented_cell(nbformat.read(root / "editions/vi" / relative, as_version=4))
+    editions.apply("vi", relative, {cell.id: with_comments(cell.source, "(vi) chú thích")})
+
+    def english_comment(notebook, text):
+        english = next(c for c in notebook.cells if c.id == cell.id)
+        english.source = english.source.replace("# ", f"# {text} ", 1)
+
+    edit(root / "notebooks" / relative, lambda nb: english_comment(nb, "reworded"))
+    reset: list[str] = []
+    editions.sync("vi", relative, reset)
+    kept = next(c for c in nbformat.read(root / "editions/vi" / relative, as_version=4).cells if c.id == cell.id)
+    assert reset == [] and "# (vi) chú thích" in kept.source
+    assert editions.problems("vi", relative) == [
+        f"editions/vi/01_devices.ipynb cell {cell.id}: comments stale (the English code changed since they were "
+        "translated)"]
+    todo = editions.todo("vi", relative)
+    assert list(todo) == [cell.id] and "# reworded" in todo[cell.id]
+    editions.apply("vi", relative, {cell.id: with_comments(todo[cell.id], "(vi) chú thích mới")})
+    assert editions.problems("vi", relative) == []
+
+    def change_code(notebook):
+        english = next(c for c in notebook.cells if c.id == cell.id)
+        english.source += "\nx = 2"
+
+    edit(root / "notebooks" / relative, change_code)
+    editions.sync("vi", relative, reset)
+    replaced = next(c for c in nbformat.read(root / "editions/vi" / relative, as_version=4).cells if c.id == cell.id)
+    assert reset == [cell.id] and "(vi)" not in replaced.source and replaced.source.endswith("x = 2")
+    assert "i18n" not in replaced.metadata and editions.problems("vi", relative) == []
 
 
 def test_changed_outputs_are_named(course):
@@ -158,3 +252,71 @@ def test_a_file_that_is_not_a_notebook_is_named(course):
     (root / "editions/vi" / relative).write_text('{"cells": [', encoding="utf-8")
     [line] = editions.problems("vi", relative)
     assert line.startswith("editions/vi/01_devices.ipynb: not a readable notebook (")
+
+
+@pytest.fixture
+def glossaries(tmp_path, monkeypatch):
+    """A copy of the English glossary and the Vietnamese one."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "editions/vi").mkdir(parents=True)
+    shutil.copyfile(editions.NOTEBOOKS / "glossary.md", tmp_path / "notebooks/glossary.md")
+    shutil.copyfile(editions.EDITIONS / "vi/glossary.md", tmp_path / "editions/vi/glossary.md")
+    monkeypatch.setattr(editions, "NOTEBOOKS", tmp_path / "notebooks")
+    monkeypatch.setattr(editions, "EDITIONS", tmp_path / "editions")
+    assert editions.glossary_problems("vi") == []
+    return tmp_path / "notebooks/glossary.md", tmp_path / "editions/vi/glossary.md"
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_each_edition_has_its_own_translated_glossary():
+    for language in editions.LANGUAGES:
+        path = editions.EDITIONS / language / "glossary.md"
+        assert path.is_file() and not path.is_symlink()
+        english = editions.glossary_rows((editions.NOTEBOOKS / "glossary.md").read_text(encoding="utf-8"))
+        ours = editions.glossary_rows(path.read_text(encoding="utf-8"))
+        assert [row[:3] for row in ours] == [row[:3] for row in english]
+        assert not {row[3] for row in ours} & {row[3] for row in english}  # every meaning translated
+        assert "Glossary" not in path.read_text(encoding="utf-8").splitlines()[1]  # the title (the book's label)
+
+
+def test_a_glossary_row_that_is_not_the_english_one_is_named(glossaries):
+    _, ours = glossaries
+    replace_in(ours, "| bộ nhớ ghim, bộ nhớ khóa trang (pinned) |", "| bộ nhớ ghim |")
+    replace_in(ours, "Số byte mà các tensor còn sống đang dùng", "Bytes used by live tensors")  # the English
+    assert editions.glossary_problems("vi") == [
+        "editions/vi/glossary.md row allocated memory: the meaning is not translated",
+        "editions/vi/glossary.md row pinned (page-locked) memory: its terms or sections differ from the English row"]
+
+
+def test_a_changed_english_glossary_makes_the_translation_stale(glossaries):
+    english, ours = glossaries
+    replace_in(english, "| thread | luồng | 线程 |", "| thread | luồng | 线程（thread） |")
+    assert editions.glossary_problems("vi") == [
+        "editions/vi/glossary.md: stale (notebooks/glossary.md changed since it was translated)",
+        "editions/vi/glossary.md row thread: its terms or sections differ from the English row"]
+    ours.unlink()
+    ours.symlink_to(english)
+    assert editions.glossary_problems("vi") == [
+        "editions/vi/glossary.md: missing (a translation of notebooks/glossary.md, not a link)"]
+
+
+def test_links_into_the_glossary_name_its_own_headings(course):
+    root, relative = course
+    shutil.copyfile(REPO / "notebooks/glossary.md", root / "notebooks/glossary.md")
+    shutil.copyfile(REPO / "editions/vi/glossary.md", root / "editions/vi/glossary.md")
+    english = next(c for c in nbformat.read(root / "notebooks" / relative, as_version=4).cells
+                   if c.cell_type == "markdown" and c.id != "colab-badge")
+    editions.apply("vi", relative, {english.id: "(vi) [bảng thuật ngữ](glossary.md#copies)"})
+    cell = next(c for c in nbformat.read(root / "editions/vi" / relative, as_version=4).cells if c.id == english.id)
+    assert cell.source == "(vi) [bảng thuật ngữ](glossary.md#sao-chép)"  # the English anchor, made the edition's
+    assert editions.problems("vi", relative) == []
+    edit(root / "editions/vi" / relative, lambda nb: setattr(
+        next(c for c in nb.cells if c.id == english.id), "source", "(vi) [bảng](glossary.md#khong-co)"))
+    assert editions.problems("vi", relative) == [
+        f"editions/vi/01_devices.ipynb cell {english.id}: links glossary.md#khong-co, a heading that "
+        "editions/vi/glossary.md does not have"]
