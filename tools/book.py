@@ -6,7 +6,8 @@ Chinese (from ``editions/``, tools/editions.py), under ``build/book/html/{en,vi,
 every page, and ``build/book/html/index.html`` leading to them. Each edition gets:
 
 - a front page: the README's chapter table, with its links pointing at the pages;
-- the chapters in order, then the solutions and the glossary;
+- the chapters in order, then the solutions and the glossary (the edition's own translation), every label of the
+  sidebar in the edition's language;
 - Sphinx's search (a JavaScript index shipped with the pages: it works offline);
 - on every page, Colab and Binder buttons and "download notebook" (the theme's launch and download buttons);
 - the Colab badge and setup cells left out (the buttons replace them).
@@ -29,6 +30,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tools.colab import BADGE_ID, BRANCH, REPOSITORY, SETUP_ID  # noqa: E402
+from tools.editions import glossary_links  # noqa: E402
 
 MINIMUM_PYTHON = (3, 11)  # Sphinx 9, myst-parser 5.2, sphinx-book-theme 1.4 and pydata-sphinx-theme 0.20 need it
 EDITIONS = {  # edition: (its name, its source folder, Sphinx's language code)
@@ -36,18 +38,19 @@ EDITIONS = {  # edition: (its name, its source folder, Sphinx's language code)
     "vi": ("Tiếng Việt", "editions/vi", "vi"),
     "zh-CN": ("中文", "editions/zh-CN", "zh_CN"),
 }
-TITLES = {"en": "Using GPUs in PyTorch", "vi": "Dùng GPU trong PyTorch", "zh-CN": "在 PyTorch 中使用 GPU"}
+TITLES = {"en": "Using GPUs in PyTorch", "vi": "Dùng GPU trong PyTorch", "zh-CN": "在PyTorch中使用GPU"}
 FRONT = {
     "en": "A hands-on course: every notebook runs on a laptop's CPU, on Colab's T4 and on bigger GPUs. These pages "
           "show what each notebook printed when it last ran, on a CPU: a GPU cell there says why it skipped.",
     "vi": "Một khóa học thực hành: mỗi notebook chạy trên CPU của máy tính xách tay, trên GPU T4 của Colab và trên "
           "các GPU lớn hơn. Các trang này cho thấy kết quả mà mỗi notebook in ra ở lần chạy gần nhất, trên CPU: "
           "một ô cần GPU sẽ nói vì sao nó được bỏ qua.",
-    "zh-CN": "一门动手实践的课程：每个 notebook 都能在笔记本电脑的 CPU、Colab 的 T4 以及更大的 GPU 上运行。"
-             "这些页面展示每个 notebook 上次在 CPU 上运行时的输出：需要 GPU 的单元格会说明它为何被跳过。",
+    "zh-CN": "一门动手实践的课程：每个Jupyter笔记本都能在笔记本电脑的CPU、Colab的T4以及更大的GPU上运行。"
+             "这些页面展示每个笔记本上次在CPU上运行时的输出：需要GPU的单元格会说明它为何被跳过。",
 }
 CHAPTERS_HEADING = {"en": "Chapters", "vi": "Các chương", "zh-CN": "章节"}
-MORE_HEADING = {"en": "Solutions and glossary", "vi": "Lời giải và bảng thuật ngữ", "zh-CN": "习题解答与术语表"}
+MORE_HEADING = {"en": "Solutions and glossary", "vi": "Lời giải và bảng thuật ngữ", "zh-CN": "参考答案与术语表"}
+LANGUAGES_LABEL = {"en": "Languages", "vi": "Ngôn ngữ", "zh-CN": "语言"}
 
 
 def check_python(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> None:
@@ -127,7 +130,8 @@ def languages_template(edition: str) -> str:
             links.append(f'<a href="{{{{ root }}}}/../{other}/{{{{ pagename }}}}.html">{name}</a>')
     return ("{% set index = pathto(root_doc) %}"
             "{% set root = index.rsplit('/', 1)[0] if '/' in index else '.' %}\n"
-            '<nav class="course-languages" aria-label="Languages"><p>' + " · ".join(links) + "</p></nav>\n")
+            f'<nav class="course-languages" aria-label="{LANGUAGES_LABEL[edition]}"><p>' + " · ".join(links)
+            + "</p></nav>\n")
 
 
 def prepare(edition: str, src: Path) -> None:
@@ -148,8 +152,10 @@ def prepare(edition: str, src: Path) -> None:
         for cell in notebook.cells:
             if cell.get("id") in (BADGE_ID, SETUP_ID):
                 cell.metadata.setdefault("tags", []).append("remove-cell")
+            elif edition != "en" and cell.cell_type == "markdown":  # text not yet translated links English anchors
+                cell.source = glossary_links(cell.source, edition)
         nbformat.write(notebook, src / f"{page}.ipynb")
-    shutil.copyfile(ROOT / "notebooks" / "glossary.md", src / "glossary.md")
+    shutil.copyfile(source / "glossary.md", src / "glossary.md")  # each edition's own, in its language
     shutil.copytree(ROOT / "notebooks" / "scripts", src / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     (src / "index.md").write_text(front_page(edition, chapters, solutions, (ROOT / "README.md").read_text()))
     (src / "conf.py").write_text(conf_py(edition))
