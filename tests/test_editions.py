@@ -147,6 +147,8 @@ def test_a_changed_shell_line_is_code_not_a_comment(course):
     assert editions.code_tokens("x = 1  # one\n# two\ny = x") == editions.code_tokens("x = 1  # một\n\ny = x")
     assert editions.code_tokens("if x:\n    y = 1\n") != editions.code_tokens("if x:\n    y = 1\nz = 2\n")
     assert editions.comments("!ls  # x\nx = 1  # một\n") == ["# một"]
+    directive = "x.y  # pyright: ignore[reportOptionalMemberAccess] (x is set)"
+    assert editions.code_tokens(directive) != editions.code_tokens("x.y  # pyright: bỏ qua")  # tools read it
 
 
 def test_sync_keeps_translated_comments_while_the_english_code_is_the_same(course):

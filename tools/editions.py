@@ -57,6 +57,7 @@ LINKED = ("scripts",)  # shared with the English notebooks, as symbolic links
 GLOSSARY = "glossary.md"  # each edition's own translation of notebooks/glossary.md
 GLOSSARY_STAMP = re.compile(r"<!-- translated from notebooks/glossary\.md, source_sha: ([0-9a-f]{16}) -->")
 SETUP_TAG = "colab-setup"
+DIRECTIVE = re.compile(r"#\s*(pyright:|type:|noqa|fmt:|NBVAL_)")  # comments that tools read: never translated
 
 
 def english_notebooks() -> list[Path]:
@@ -98,12 +99,13 @@ def edition_markdown_default(source: str, relative: Path, language: str) -> tupl
 def code_tokens(source: str) -> list[tuple[int, str]]:
     """Return the tokens of a code cell without its comments: Python's token stream less the COMMENT tokens and the
     NL tokens (the line ends that only comment lines, blank lines and lines inside brackets have). Logical line
-    ends and indentation are kept. IPython's ! and % lines are compared as text, after the Python tokens. A cell
+    ends and indentation are kept, and so are the comments that tools read (``# pyright:``, ``# noqa``, ...). IPython's ! and % lines are compared as text, after the Python tokens. A cell
     that Python cannot tokenize is compared whole."""
     lines = ["pass  # " + line if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines()]
     try:
         tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
-        kept = [(t.type, t.string) for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL)]
+        kept = [(t.type, t.string) for t in tokens
+                if t.type != tokenize.NL and (t.type != tokenize.COMMENT or DIRECTIVE.match(t.string))]
     except (tokenize.TokenError, SyntaxError):
         return [(0, source)]
     magics = [(0, line.strip()) for line in source.splitlines() if line.lstrip().startswith(("!", "%"))]
