@@ -51,6 +51,7 @@ FRONT = {
 CHAPTERS_HEADING = {"en": "Chapters", "vi": "Các chương", "zh-CN": "章节"}
 MORE_HEADING = {"en": "Solutions and glossary", "vi": "Lời giải và bảng thuật ngữ", "zh-CN": "参考答案与术语表"}
 LANGUAGES_LABEL = {"en": "Languages", "vi": "Ngôn ngữ", "zh-CN": "语言"}
+SEARCH_TEXT = {"en": "Search...", "vi": "Tìm kiếm...", "zh-CN": "搜索……"}  # the theme translates its other labels
 
 
 def check_python(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> None:
@@ -97,6 +98,7 @@ def conf_py(edition: str) -> str:
         "path_to_docs": folder,
         "use_repository_button": True,
         "use_download_button": True,
+        "search_bar_text": SEARCH_TEXT[edition],
         "launch_buttons": {"colab_url": "https://colab.research.google.com", "binderhub_url": "https://mybinder.org",
                            "notebook_interface": "jupyterlab"},
     }
