@@ -11,19 +11,33 @@ One training step holds four kinds of tensors:
 
 ``estimate_training_memory`` counts the first three from the parameters' shapes, and the activations by running
 the forward pass on *fake* tensors (shapes and dtypes, no data): so it costs no memory, also for a batch or a
-model far larger than this machine. ``measure_training_memory`` runs one real step and sums the real tensors.
+model far larger than this machine. The four rows are never all alive at once, so their sum is not the peak.
+The estimate also follows a steady-state step (a step after the first, so the optimizer's state exists, and
+``zero_grad()`` has set the gradients to ``None``) through its three phases and reports the highest total:
+
+- **forward pass**: parameters, optimizer state, the batch, and what the forward pass holds;
+- **backward pass**: the same, with the gradients of the saved activations beside them and the parameters'
+  gradients as they appear (forward and backward are run on fake tensors, every live tensor counted);
+- **optimizer.step()**: parameters, gradients, optimizer state, the batch, and the step's temporaries: Adam
+  updating all tensors at once (``foreach``, the default on GPUs) makes one parameter-sized buffer, Adam updating
+  one tensor at a time (the CPU's default) two buffers the size of the largest parameter.
+
+``measure_training_memory`` runs one real step and sums the real tensors.
 ``zero_bytes_per_gpu`` gives the per-GPU bytes of data-parallel training when ZeRO shards the model state.
 """
 
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 STATE_BUFFERS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}  # parameter-sized buffers per optimizer
@@ -42,29 +56,87 @@ class MemoryRow:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """The rows parameters, gradients, optimizer state and activations; ``peak_bytes`` is their sum."""
+    """The rows parameters, gradients, optimizer state and activations, their sum, and the peak of a step:
+    ``phases`` holds the bytes alive at the highest point of each phase, ``peak_bytes`` the largest of them."""
 
     rows: tuple[MemoryRow, ...]
-    peak_formula: str = "parameters + gradients + optimizer state + activations"
+    phases: tuple[MemoryRow, ...]
+    sum_formula: str = "parameters + gradients + optimizer state + activations"
+
+    @property
+    def sum_bytes(self) -> int:
+        return sum(row.bytes for row in self.rows)
+
+    @property
+    def peak(self) -> MemoryRow:
+        """The phase that holds the most bytes (the earlier one on a tie)."""
+        return max(self.phases, key=lambda phase: phase.bytes)
 
     @property
     def peak_bytes(self) -> int:
-        return sum(row.bytes for row in self.rows)
+        return self.peak.bytes
+
+    @property
+    def peak_phase(self) -> str:
+        return self.peak.name
 
     def __getitem__(self, name: str) -> int:
         if name == "peak":
             return self.peak_bytes
-        for row in self.rows:
+        if name == "sum of rows":
+            return self.sum_bytes
+        for row in (*self.rows, *self.phases):
             if row.name == name:
                 return row.bytes
-        raise KeyError(f"{name!r}: the rows are {[row.name for row in self.rows] + ['peak']}")
+        names = [row.name for row in (*self.rows, *self.phases)] + ["sum of rows", "peak"]
+        raise KeyError(f"{name!r}: the names are {names}")
 
-    def table(self, unit: float = 1e6, unit_name: str = "MB") -> str:
-        """Return the rows and the peak as aligned text, in ``unit_name`` (``unit`` bytes each)."""
-        rows = [*self.rows, MemoryRow("peak", self.peak_bytes, self.peak_formula)]
+    def table(self, unit: float = 1e6, unit_name: str = "MB", phases: bool = False) -> str:
+        """Return the rows, their sum and the peak (with its phase) as aligned text, in ``unit_name`` (``unit``
+        bytes each); ``phases=True`` adds each phase's highest total."""
+        peak = MemoryRow("peak", self.peak_bytes, f"{self.peak_phase}: {self.peak.formula}")
+        rows = [*self.rows, MemoryRow("sum of rows", self.sum_bytes, self.sum_formula),
+                *(self.phases if phases else ()), peak]
         width = max(len(row.name) for row in rows)
         return "\n".join(f"{row.name:<{width}} {row.bytes / unit:>10.2f} {unit_name}   {row.formula}"
                          for row in rows)
+
+
+class _LiveBytes(TorchDispatchMode):
+    """Count the bytes of the storages alive, as each operator creates them and as they are freed, and the
+    highest count since ``start()``. A view shares its base's storage and costs nothing new."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._refs: dict[int, weakref.ref] = {}
+        self.now = 0
+        self.highest = 0
+
+    def track(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = id(storage)
+        known = self._refs.get(key)
+        if known is not None and known() is storage:
+            return
+        nbytes = storage.nbytes()
+
+        def freed(_: weakref.ref, key: int = key, nbytes: int = nbytes) -> None:
+            self.now -= nbytes
+            self._refs.pop(key, None)
+
+        self._refs[key] = weakref.ref(storage, freed)
+        self.now += nbytes
+        self.highest = max(self.highest, self.now)
+
+    def start(self) -> None:
+        self.highest = self.now
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (PyTorch's signature)
+        out = func(*args, **(kwargs or {}))
+        for item in tree_flatten(out)[0]:
+            if isinstance(item, torch.Tensor):
+                self.track(item)
+        return out
 
 
 def _unique_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -136,15 +208,28 @@ def saved_bytes(forward: Callable[[], object]) -> dict[str, int]:
     return totals
 
 
-def _fake_forward(model: nn.Module, batch: Any, amp: torch.dtype | None, device_type: str) -> dict[str, int]:
-    """Run the forward pass on fake tensors (shape and dtype, no memory) and return ``saved_bytes``."""
+def _simulation_device(device_type: str) -> str:
+    """The device type the fake step runs on: the step's own, if such a device is here (autograd's engine needs
+    one for the backward pass), else the CPU (autocast's lists of operations differ a little between devices)."""
+    if device_type in ("cpu", "meta"):
+        return "cpu"
+    module = getattr(torch, device_type, None)
+    available = getattr(module, "is_available", None)
+    return device_type if available is not None and available() else "cpu"
+
+
+def _fake_step(model: nn.Module, batch: Any, amp: torch.dtype | None, device_type: str
+               ) -> tuple[dict[str, int], int, int]:
+    """Run the forward and backward pass on fake tensors (shape and dtype, no memory). Return ``saved_bytes``,
+    and the most bytes alive during the forward pass and during the backward pass: the parameters, buffers and
+    batch, and every tensor the two passes create, while it lives (the optimizer state is not there)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_type = "cpu" if device_type == "meta" else device_type
+    fake_type = _simulation_device(device_type)
 
     def fake(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.device.type == "meta":
+        if tensor.device.type != fake_type:
             with mode:
                 return torch.empty(tensor.shape, dtype=tensor.dtype, device=fake_type)
         return mode.from_tensor(tensor)
@@ -156,9 +241,39 @@ def _fake_forward(model: nn.Module, batch: Any, amp: torch.dtype | None, device_
         memo[id(buffer)] = fake(buffer)
     fake_model = copy.deepcopy(model, memo)  # the same memo keeps a shared weight shared
     fake_batch = _map_tensors(batch, fake)
+    live = _LiveBytes()
+    for tensor in (*fake_model.parameters(), *fake_model.buffers(), *_tensors(fake_batch)):
+        live.track(tensor)
+    outputs: list[Any] = []
     autocast = torch.autocast(fake_type, dtype=amp or torch.bfloat16, enabled=amp is not None)
-    with mode, autocast:
-        return saved_bytes(lambda: _call(fake_model, fake_batch))
+    with mode, live:
+        with autocast:
+            saved = saved_bytes(lambda: outputs.append(_call(fake_model, fake_batch)))
+        loss = _first_tensor(outputs[0]).float().sum()
+        forward = live.highest
+        live.start()
+        if loss.requires_grad:
+            loss.backward()
+        backward = live.highest
+    return saved, forward, backward
+
+
+def _optimizer_temporaries(trained: list[nn.Parameter], optimizer: str, foreach: bool) -> tuple[int, str]:
+    """Return the bytes of the temporaries ``optimizer.step()`` holds at once, and how they are counted."""
+    if not optimizer.startswith("adam") or not trained:
+        return 0, "no temporaries"  # SGD and momentum update in place
+    if foreach:  # torch.optim.Adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), all tensors at once
+        size = trained[0].element_size()
+        return sum(p.numel() * p.element_size() for p in trained), f"temporaries P x {size} B (foreach Adam)"
+    largest = max(p.numel() * p.element_size() for p in trained)  # the square root, then its quotient
+    return 2 * largest, "temporaries 2 x the largest parameter (per-tensor Adam)"
+
+
+def _default_foreach(device_type: str) -> bool:
+    """Whether PyTorch's optimizers update all tensors at once by default on this device type."""
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+    return device_type in _get_foreach_kernels_supported_devices()
 
 
 def _map_tensors(batch: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -173,13 +288,16 @@ def _map_tensors(batch: Any, function: Callable[[torch.Tensor], torch.Tensor]) -
 
 
 def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: str = "adam",
-                             amp: torch.dtype | None = None, device: torch.device | str | None = None
-                             ) -> MemoryEstimate:
-    """Estimate the bytes one training step of ``model`` on ``example_batch`` holds, row by row.
+                             amp: torch.dtype | None = None, device: torch.device | str | None = None,
+                             foreach: bool | None = None) -> MemoryEstimate:
+    """Estimate the bytes one training step of ``model`` on ``example_batch`` holds, row by row, and the peak
+    of a steady-state step with the phase that holds it.
 
     ``optimizer`` is "sgd", "momentum", "adam" or "adamw"; ``amp`` None (float32) or the autocast dtype;
-    ``device`` the device type the step would run on (default: the parameters'). The model may live on the
-    ``meta`` device, so a model larger than this machine can be estimated. Nothing real is allocated."""
+    ``device`` the device type the step would run on (default: the parameters'); ``foreach`` whether the
+    optimizer updates all tensors at once (default: PyTorch's default on that device, True on CUDA). The model
+    may live on the ``meta`` device, so a model larger than this machine can be estimated. Nothing real is
+    allocated."""
     parameters = _unique_parameters(model)
     if not parameters:
         raise ValueError("the model has no parameters: there is nothing to train")
@@ -188,7 +306,7 @@ def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: st
     device_type = torch.device(device).type if device is not None else parameters[0].device.type
     _check_amp(amp, "cpu" if device_type == "meta" else device_type)
     try:
-        saved = _fake_forward(model, example_batch, amp, device_type)
+        saved, forward, backward = _fake_step(model, example_batch, amp, device_type)
     except Exception as err:
         raise ValueError(f"the model rejects this batch: {type(err).__name__}: {err}") from err
     count = sum(p.numel() for p in parameters)
@@ -203,13 +321,29 @@ def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: st
         param_formula += f"; + {saved['weight copies']:,} B of {str(amp).split('.')[1]} weight copies autograd keeps"
     state_formula = {0: "SGD keeps none", 1: f"1 buffer x P x {size} B"}.get(
         buffers, f"2 buffers x P x {size} B + {STEP_BYTES} B x {len(trained)} tensors (step)")
-    return MemoryEstimate((
-        MemoryRow("parameters", param_bytes + saved["weight copies"], param_formula),
-        MemoryRow("gradients", grad_bytes, f"P x {size} B (trained parameters)"),
-        MemoryRow("optimizer state", state_bytes, f"{optimizer}: {state_formula}"),
-        MemoryRow("activations", saved["activations"], "what autograd saves in the forward pass "
-                  f"(counted on fake tensors{', under autocast' if amp else ''})"),
-    ))
+    if foreach is None:
+        foreach = _default_foreach("cpu" if device_type == "meta" else device_type)
+    temporaries, temporaries_formula = _optimizer_temporaries(trained, optimizer, foreach)
+    batch_bytes = sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                       for t in _tensors(example_batch)}.values())
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    return MemoryEstimate(
+        rows=(
+            MemoryRow("parameters", param_bytes + saved["weight copies"], param_formula),
+            MemoryRow("gradients", grad_bytes, f"P x {size} B (trained parameters)"),
+            MemoryRow("optimizer state", state_bytes, f"{optimizer}: {state_formula}"),
+            MemoryRow("activations", saved["activations"], "what autograd saves in the forward pass "
+                      f"(counted on fake tensors{', under autocast' if amp else ''})"),
+        ),
+        phases=(
+            MemoryRow("forward pass", forward + state_bytes,
+                      "parameters, optimizer state, batch, the forward pass's tensors (fake tensors)"),
+            MemoryRow("backward pass", backward + state_bytes, "parameters, optimizer state, batch, saved "
+                      "activations and their gradients, gradients so far (fake tensors)"),
+            MemoryRow("optimizer.step()", param_bytes + buffer_bytes + grad_bytes + state_bytes + batch_bytes
+                      + temporaries, f"parameters, gradients, optimizer state, batch, {temporaries_formula}"),
+        ),
+    )
 
 
 def make_optimizer(parameters: list[nn.Parameter], optimizer: str) -> torch.optim.Optimizer:
@@ -227,7 +361,8 @@ def measure_training_memory(model: nn.Module, example_batch: Any, optimizer: str
                             amp: torch.dtype | None = None) -> dict[str, int]:
     """Run one real training step on a copy of ``model`` and sum the real tensors of each kind, in bytes:
     parameters (with autocast's weight copies), gradients, ``optimizer.state`` after the step, and the
-    activations autograd saved. The loss is the sum of the output, so the model's own layers are counted."""
+    activations autograd saved, and their sum. The loss is the sum of the output, so the model's own layers are
+    counted. (The peak of a step is measured by tracking every tensor, as chapter 8.2 does with MemTracker.)"""
     model = copy.deepcopy(model)
     parameters = _unique_parameters(model)
     if not parameters:
@@ -248,7 +383,7 @@ def measure_training_memory(model: nn.Module, example_batch: Any, optimizer: str
         "optimizer state": state,
         "activations": saved["activations"],
     }
-    measured["peak"] = sum(measured.values())
+    measured["sum of rows"] = sum(measured.values())
     return measured
 
 
