@@ -154,7 +154,7 @@ def sync(language: str, relative: Path, reset: list[str] | None = None) -> nbfor
                     new.source = previous.source  # the same code: the translated comments stay
                     if "i18n" in previous.metadata:
                         new.metadata["i18n"] = previous.metadata["i18n"]
-                elif reset is not None:
+                elif reset is not None and "i18n" in previous.metadata:  # its comments had been translated
                     reset.append(cell.id)
             cells.append(new)
             continue
