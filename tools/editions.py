@@ -99,8 +99,9 @@ def edition_markdown_default(source: str, relative: Path, language: str) -> tupl
 def code_tokens(source: str) -> list[tuple[int, str]]:
     """Return the tokens of a code cell without its comments: Python's token stream less the COMMENT tokens and the
     NL tokens (the line ends that only comment lines, blank lines and lines inside brackets have). Logical line
-    ends and indentation are kept, and so are the comments that tools read (``# pyright:``, ``# noqa``, ...). IPython's ! and % lines are compared as text, after the Python tokens. A cell
-    that Python cannot tokenize is compared whole."""
+    ends and indentation are kept, and so are the comments that tools read (``# pyright:``, ``# noqa``, ...).
+    IPython's ! and % lines are compared as text, after the Python tokens. A cell that Python cannot tokenize is
+    compared whole."""
     lines = ["pass  # " + line if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines()]
     try:
         tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
