@@ -10,8 +10,8 @@ from .estimate import (
 )
 from .guard import needs_gpus
 from .launch import LaunchError, device_and_backend, processes_to_start, rank_device_and_backend, torchrun
-from .memory import memory_report, memory_table
-from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
+from .memory import allocator_step_peak, memory_report, memory_table
+from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes, tf32_missing
 from .simqueue import SimulatedDevice
 from .simqueue import plot_timeline as plot_simulated_timeline
 from .timing import bandwidth, device_covers_host, host_seconds_for, measure, measure_copy, synchronize
@@ -35,6 +35,7 @@ __all__ = [
     "SimulatedDevice",
     "TraceEvent",
     "accelerator_type",
+    "allocator_step_peak",
     "autocast_dtype",
     "bandwidth",
     "busy_fraction",
@@ -66,6 +67,7 @@ __all__ = [
     "saved_tensor_bytes",
     "synchronize",
     "synthetic_classification",
+    "tf32_missing",
     "torchrun",
     "try_all_gpus",
     "try_gpu",

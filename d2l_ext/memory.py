@@ -9,6 +9,8 @@ peaks: its report holds the bytes allocated to tensors and the bytes the Metal d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psutil
 import torch
 
@@ -59,3 +61,25 @@ def memory_table(rows: list[tuple[str, dict[str, int]]], unit: int = 2**20) -> s
     for label, report in rows:
         lines.append(f"{label:<{width}}" + "".join(f"{report[name] / unit:>22.1f}" for name in columns))
     return "\n".join(lines)
+
+
+def allocator_step_peak(step: Callable[[], object], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        batch: torch.Tensor) -> tuple[int, int]:
+    """Run ``step`` twice on a CUDA GPU and return the allocator's peak of the second run counted as
+    ``estimate_training_memory`` counts a step, and the other bytes allocated between the two runs.
+
+    The first run makes the optimizer's state and cuBLAS's workspaces. The peak counter is reset between the
+    runs; what the second run adds on top of what was alive then, plus the model's parameters and buffers, the
+    optimizer's state on the device and the batch, is the step's peak. Everything else alive between the runs
+    (earlier cells' tensors, cuBLAS's workspaces) is the second number."""
+    step()
+    torch.cuda.synchronize()
+    between = torch.cuda.memory_allocated()
+    state = [t for values in optimizer.state.values() for t in values.values() if isinstance(t, torch.Tensor)]
+    kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in (*model.parameters(), *model.buffers(), *state, batch) if t.device == batch.device}
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    kept_bytes = sum(kept.values())
+    return torch.cuda.max_memory_allocated() - between + kept_bytes, between - kept_bytes

@@ -10,6 +10,7 @@ pass, in float32 or in 16 bits.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -33,6 +34,22 @@ def autocast_dtype(device_type: str) -> torch.dtype:
         # MPS runs bfloat16 from macOS 14 on; on older systems autocast would warn and switch itself off
         return torch.bfloat16 if torch.backends.mps.is_macos_or_newer(14, 0) else torch.float16
     return torch.bfloat16  # the CPU's autocast type; XPU and others support it too
+
+
+def tf32_missing(index: int = 0) -> str | None:
+    """Return why float32 matrix products on CUDA GPU ``index`` will not use TF32 when asked to, or None."""
+    if torch.version.hip:
+        # by PyTorch's source and tests: hipBLASLt computes TF32 on MI300 (gfx94x) only when this variable is set
+        arch = torch.cuda.get_device_properties(index).gcnArchName
+        if not arch.startswith("gfx94"):
+            return f"this AMD GPU ({arch.split(':')[0]}) has no TF32; PyTorch uses it on MI300 (gfx94x)"
+        if os.environ.get("HIPBLASLT_ALLOW_TF32") != "1":
+            return "on ROCm, TF32 needs HIPBLASLT_ALLOW_TF32=1 in the environment before Python starts"
+        return None
+    major, minor = torch.cuda.get_device_capability(index)
+    if major < 8:
+        return f"compute capability {major}.{minor} has no TF32 units (they came with Ampere, 8.0)"
+    return None
 
 
 def needs_grad_scaler(dtype: torch.dtype | None) -> bool:

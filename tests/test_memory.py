@@ -67,3 +67,37 @@ def test_table_is_aligned_in_mib():
     lines = memory.memory_table(rows).splitlines()
     assert len(lines) == 3 and len({len(line) for line in lines}) == 1
     assert "allocated (MiB)" in lines[0] and lines[2].split()[-1] == "256.0"
+
+
+def test_the_allocators_step_peak_leaves_out_earlier_tensors_and_workspaces(monkeypatch):
+    """A pretend allocator: earlier cells' tensors and a cuBLAS workspace are alive before the second step;
+    the step's peak is the kept tensors (parameters, Adam's state, batch) plus what the step adds."""
+    earlier, workspace, activations = 1000, 8 * 2**20, 5000
+    model, batch = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    optimizer = torch.optim.Adam(model.parameters())
+    allocator = {"allocated": earlier, "peak": earlier, "steps": 0}
+
+    def tensor_bytes(tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def step():
+        if allocator["steps"] == 0:  # the model and batch move to the GPU, then Adam's state and the workspace appear
+            model(batch).sum().backward()
+            optimizer.step()
+            kept = [*model.parameters(), batch] + [t for s in optimizer.state.values() for t in s.values()]
+            allocator["allocated"] += tensor_bytes(kept) + workspace
+        allocator["steps"] += 1
+        allocator["peak"] = max(allocator["peak"], allocator["allocated"] + activations)
+
+    def reset():
+        allocator["peak"] = allocator["allocated"]
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *args: allocator["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *args: allocator["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    peak, other = memory.allocator_step_peak(step, model, optimizer, batch)
+    state = [t for s in optimizer.state.values() for t in s.values()]
+    assert allocator["steps"] == 2
+    assert peak == tensor_bytes([*model.parameters(), batch, *state]) + activations
+    assert other == earlier + workspace

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from d2l_ext import autocast_dtype, needs_grad_scaler, saved_tensor_bytes
+from d2l_ext import autocast_dtype, needs_grad_scaler, saved_tensor_bytes, tf32_missing
 
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
 
@@ -53,6 +53,32 @@ def test_mps_uses_bfloat16_from_macos_14(monkeypatch, macos_14, expected):
 
     monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", is_macos_or_newer)
     assert autocast_dtype("mps") == expected
+
+
+# GPU review n3: chapter 8.5's TF32 cell says why its two lines can match
+@pytest.mark.parametrize(("capability", "expected"), [((7, 5), "compute capability 7.5"), ((8, 0), None),
+                                                      ((9, 0), None)])
+def test_tf32_is_missing_before_ampere(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+    reason = tf32_missing()
+    assert reason is None if expected is None else reason.startswith(expected)
+
+
+@pytest.mark.parametrize(("arch", "variable", "expected"), [
+    ("gfx942:sramecc+:xnack-", None, "on ROCm, TF32 needs HIPBLASLT_ALLOW_TF32=1"),
+    ("gfx942:sramecc+:xnack-", "1", None),
+    ("gfx90a:sramecc+:xnack-", "1", "this AMD GPU (gfx90a) has no TF32"),
+])
+def test_tf32_on_rocm_needs_mi300_and_hipblaslts_variable(monkeypatch, arch, variable, expected):
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(gcnArchName=arch))
+    if variable is None:
+        monkeypatch.delenv("HIPBLASLT_ALLOW_TF32", raising=False)
+    else:
+        monkeypatch.setenv("HIPBLASLT_ALLOW_TF32", variable)
+    reason = tf32_missing()
+    assert reason is None if expected is None else reason.startswith(expected)
 
 
 def test_only_float16_needs_a_scaler():
