@@ -120,9 +120,21 @@ def test_comments_translated_by_hand_without_a_hash_are_named(course):
 
     edit(root / "editions/vi" / relative, translate)
     assert editions.problems("vi", relative) == [
-        f"editions/vi/01_devices.ipynb cell {found['id']}: comments translated without i18n.source_sha (record them "
-        "with apply)"]
+        f"editions/vi/01_devices.ipynb cell {found['id']}: comments or layout differ from the English cell without "
+        "i18n.source_sha (run sync, or record translated comments with apply)"]
     assert list(editions.todo("vi", relative)) == [found["id"]]  # apply records them
+
+
+def test_sync_gives_an_untranslated_cell_the_english_layout(course):
+    root, relative = course
+    cell = commented_cell(nbformat.read(root / "editions/vi" / relative, as_version=4))
+    relaid = cell.source.replace("\n", "\n\n", 1)  # a blank line more: the same tokens
+
+    edit(root / "notebooks" / relative, lambda nb: setattr(next(c for c in nb.cells if c.id == cell.id), "source",
+                                                           relaid))
+    editions.sync("vi", relative)
+    synced = next(c for c in nbformat.read(root / "editions/vi" / relative, as_version=4).cells if c.id == cell.id)
+    assert synced.source == relaid and editions.problems("vi", relative) == []
 
 
 @pytest.mark.parametrize("change", [

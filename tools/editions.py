@@ -151,11 +151,11 @@ def sync(language: str, relative: Path, reset: list[str] | None = None) -> nbfor
             new.source = edition_code(cell.source, relative, language)
             previous = old.get(cell.id)
             if previous is not None and previous.cell_type == cell.cell_type and previous.source != new.source:
-                if cell.cell_type == "code" and code_tokens(previous.source) == code_tokens(new.source):
+                translated = cell.cell_type == "code" and "i18n" in previous.metadata  # recorded by apply
+                if translated and code_tokens(previous.source) == code_tokens(new.source):
                     new.source = previous.source  # the same code: the translated comments stay
-                    if "i18n" in previous.metadata:
-                        new.metadata["i18n"] = previous.metadata["i18n"]
-                elif reset is not None and "i18n" in previous.metadata:  # its comments had been translated
+                    new.metadata["i18n"] = previous.metadata["i18n"]
+                elif translated and reset is not None:
                     reset.append(cell.id)
             cells.append(new)
             continue
@@ -222,7 +222,8 @@ def problems(language: str, relative: Path) -> list[str]:
             elif cell.source != english_code:
                 recorded = cell.metadata.get("i18n", {}).get("source_sha")
                 if not recorded:
-                    found.append(f"{where}: comments translated without i18n.source_sha (record them with apply)")
+                    found.append(f"{where}: comments or layout differ from the English cell without i18n.source_sha "
+                                 "(run sync, or record translated comments with apply)")
                 elif recorded != source_sha(english_code):
                     found.append(f"{where}: comments stale (the English code changed since they were translated)")
         elif cell.cell_type == "markdown":
