@@ -36,7 +36,7 @@ help:
 	@echo "                    MATRIX_ARGS=--each: each change alone, 9 runs, to tell which one moved a cell)"
 	@echo "make test-colab PYTHON=python3.13   the notebooks on Colab's packages and Python (tests/envs/colab.txt)"
 	@echo "make check-tags     find outputs that depend on the torch build or the device but are not tagged"
-	@echo "make check-timing   find compared outputs that change when every clock reading is stretched 1x-3x (load)"
+	@echo "make check-timing   find compared outputs that change when clocks run 3x fast early in each cell, then late"
 	@echo "                    CHECK_TIMING_ARGS=--twice: each notebook twice in one kernel, both runs compared (CI)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
 	@echo "make gpu-check      on a machine with a GPU: run every notebook, report to build/gpu-check.md"
@@ -120,7 +120,7 @@ check-tags: env
 gpu-check: env
 	$(BIN)/python tools/gpu_check.py
 
-# Compared outputs that change when each interval a clock measures is stretched 1x-3x, as load does
+# Compared outputs that change when clocks run 3x fast before each cell's turn (its first timed work), then after
 # CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (make run-twice's check too)
 CHECK_TIMING_ARGS ?=
 check-timing: env

@@ -1,4 +1,5 @@
-"""tools/check_timing.py: the stretched clock, and a planted timing-derived fact caught with its changed line."""
+"""tools/check_timing.py: the adversarial clock (tools/pretend/sitecustomize.py, slow-clock), and planted
+timing-derived facts, each caught by the run whose load flips it, with a fact that no load changes not listed."""
 
 from __future__ import annotations
 
@@ -9,89 +10,182 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tools import check_timing
-from tools.refresh_outputs import refresh
 
 REPO = Path(__file__).resolve().parent.parent
 
+# each interval's stretch (its stretched length over its real one), from readings in a script (a process is one
+# cell): a shared reading (t0, t1, t2), an outer timer started just before (no turn there), a background thread
+# reading all along (it does not move the turn), and the three clocks, which share one timeline
 CLOCK_PROBE = """
-import json, time
-stretches, readings = [], []
-for _ in range(20):
-    real, stretched = time.real_perf_counter(), time.perf_counter()
-    time.sleep(0.002)
-    stretches.append((time.perf_counter() - stretched) / (time.real_perf_counter() - real))
-    readings += [time.perf_counter(), time.monotonic(), time.time()]
-print(json.dumps({"stretches": stretches, "readings": readings}))
+import json, threading, time
+def stretch(start, real_start):
+    return (time.perf_counter() - start) / (time.real_perf_counter() - real_start)
+stop = threading.Event()
+def background():
+    while not stop.is_set():
+        time.monotonic(); time.sleep(0.001)
+thread = threading.Thread(target=background); thread.start()
+outer = time.perf_counter()
+t0, r0 = time.perf_counter(), time.real_perf_counter()
+time.sleep(0.03)
+first, t1, r1 = stretch(t0, r0), time.perf_counter(), time.real_perf_counter()
+time.sleep(0.03)
+second = stretch(t1, r1)
+t2, r2 = time.perf_counter(), time.real_perf_counter()
+for _ in range(3): time.sleep(0.01); later = stretch(t2, r2)
+stop.set(); thread.join()
+readings = [f() for _ in range(50) for f in (time.perf_counter, time.monotonic, time.time)]
+print(json.dumps({"first": first, "second": second, "later": later, "readings": readings}))
 """
 
 
-def probe_clock(seed: int) -> dict:
-    environment = {**os.environ, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
+def probe_clock(load: str, extra: dict[str, str] | None = None, code: str = CLOCK_PROBE) -> dict:
+    environment = {**os.environ, **check_timing.clock_environment((1.0, 3.0), load), **(extra or {}),
                    "PYTHONPATH": str(REPO / "tools" / "pretend")}
-    done = subprocess.run([sys.executable, "-c", CLOCK_PROBE], env=environment, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
                           check=True, timeout=60)
     return json.loads(done.stdout)
 
 
-def test_the_slow_clock_stretches_each_interval_between_1x_and_3x():
-    probe = probe_clock(seed=0)
-    # each interval holds a few readings, each stretched by its own factor: the whole lies between 1x and 3x
-    assert all(0.99 <= s <= 3.01 for s in probe["stretches"]), probe["stretches"]  # the real readings bracket them
-    assert max(probe["stretches"]) - min(probe["stretches"]) > 0.1  # not one factor for all: ratios move too
+def test_the_clock_runs_3x_fast_before_the_turn_and_1x_after_it_with_the_load_early_and_the_reverse_late():
+    early, late = probe_clock("early"), probe_clock("late")
+    # the turn is t1: the first reading on another line at least 1 ms after the first (t0 came microseconds after
+    # the outer timer's start, so did not turn); the piece before it runs 3x fast, everything after 1x
+    assert 2.9 < early["first"] < 3.1 and 0.97 < early["second"] < 1.03 and 0.97 < early["later"] < 1.03, early
+    assert 0.97 < late["first"] < 1.03 and 2.9 < late["second"] < 3.1 and 2.9 < late["later"] < 3.1, late
     for clock in range(3):  # perf_counter, monotonic and time each still only move forward
-        readings = probe["readings"][clock::3]
+        readings = early["readings"][clock::3]
         assert all(a <= b for a, b in zip(readings, readings[1:], strict=False))
 
 
-def plant(path: Path, cells: list[tuple[str, list[str]]]) -> None:
-    notebook = new_notebook(cells=[new_code_cell(source, metadata={"tags": tags}) for source, tags in cells])
+# two cells in a process whose IPython execution count goes from 1 to 2, with the kernel's second Run All said to
+# start after cell 1: the second cell takes the late load, and so does a process it starts
+SWITCH_PROBE = """
+import json, os, subprocess, sys, time, types
+shell = types.SimpleNamespace(execution_count=1)
+sys.modules["IPython"] = types.SimpleNamespace(get_ipython=lambda: shell)
+def first_stretch():
+    t0, r0 = time.perf_counter(), time.real_perf_counter()
+    time.sleep(0.03)
+    return (time.perf_counter() - t0) / (time.real_perf_counter() - r0)
+cell_1 = first_stretch()
+shell.execution_count = 2
+cell_2 = first_stretch()
+child = subprocess.run([sys.executable, "-c", "import time\\nt0, r0 = time.perf_counter(), time.real_perf_counter()\\n"
+                        "time.sleep(0.03)\\nprint((time.perf_counter() - t0) / (time.real_perf_counter() - r0))"],
+                       capture_output=True, text=True, check=True)
+print(json.dumps({"cell_1": cell_1, "cell_2": cell_2, "child": float(child.stdout),
+                  "load": os.environ["D2L_EXT_SLOW_CLOCK_LOAD"]}))
+"""
+
+
+def test_the_second_run_all_takes_the_late_load_and_the_processes_it_starts_too():
+    found = probe_clock("early", {"D2L_EXT_SLOW_CLOCK_SWITCH_AFTER": "1"}, SWITCH_PROBE)
+    assert 2.9 < found["cell_1"] < 3.1, found  # a cell's first interval: 3x with the load early
+    assert 0.97 < found["cell_2"] < 1.03 and found["load"] == "late", found
+    assert 0.97 < found["child"] < 1.03, found  # the child's first interval: 1x, as its parent's cell
+
+
+def stored(text: str | None) -> dict:
+    """A code cell's stored part: as an honest run prints it (each fact holds by design on any machine)."""
+    return {"execution_count": 1, "outputs": [new_output("stream", name="stdout", text=text)] if text else []}
+
+
+def plant(path: Path, cells: list[tuple[str, str | None]]) -> None:
+    notebook = new_notebook(cells=[new_code_cell(source, **stored(text)) for source, text in cells])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(notebook, path)
-    refresh(path)  # the stored outputs come from an honest run
+
+
+def compared(first: float, second: float) -> str:
+    return "a < b" if first < second else "a > b"
+
+
+def shared(first: float, second: float, fact: str) -> tuple[str, str]:
+    """Two sleeps timed with a shared reading; the fact compares them."""
+    return (f"t0 = time.perf_counter()\ntime.sleep({first})\nt1 = time.perf_counter()\ntime.sleep({second})\n"
+            f"t2 = time.perf_counter()\na, b = t1 - t0, t2 - t1\nprint('{fact}', {compared(first, second)})",
+            f"{fact} True\n")
+
+
+def helper(first: float, second: float, fact: str) -> tuple[str, str]:
+    """Two sleeps timed by a function of the notebook's, on two lines."""
+    return (f"a = timed({first})\nb = timed({second})\nprint('{fact}', {compared(first, second)})",
+            f"{fact} True\n")
+
+
+def nested(first: float, second: float, fact: str) -> tuple[str, str]:
+    """Two sleeps timed apart, inside an outer timer started just before them."""
+    return ("start = time.perf_counter()\n"
+            f"a0 = time.perf_counter()\ntime.sleep({first})\na = time.perf_counter() - a0\n"
+            f"b0 = time.perf_counter()\ntime.sleep({second})\nb = time.perf_counter() - b0\n"
+            "whole = time.perf_counter() - start\n"
+            f"print('{fact}', {compared(first, second)}, 'parts within the whole:', a + b <= whole)",
+            f"{fact} True parts within the whole: True\n")
+
+
+TIMED = ("import time\n\ndef timed(seconds):\n    start = time.perf_counter()\n    time.sleep(seconds)\n"
+         "    return time.perf_counter() - start", None)
+# holds on any clock that only moves forward and never runs slow: never listed
+NO_LOAD_CHANGES = ("start = time.perf_counter()\ntime.sleep(0.02)\npart = time.perf_counter() - start\n"
+                   "whole = time.perf_counter() - start\n"
+                   "print('a sleep takes at least what it asked:', part >= 0.02,\n"
+                   "      '; a part is not longer than the whole:', part <= whole,\n"
+                   "      '; the same on every machine:', sum(range(10)))",
+                   "a sleep takes at least what it asked: True ; a part is not longer than the whole: True ; "
+                   "the same on every machine: 45\n")
+# prints 1 in a fresh kernel and 2 when the notebook runs again in the same one
+RERUN_FACT = ("runs = globals().get('runs', 0) + 1\nprint('runs of this cell in this kernel:', runs)",
+              "runs of this cell in this kernel: 1\n")
+
+
+def test_twice_catches_each_planted_comparison_in_the_run_whose_load_flips_it(tmp_path, capsys):
+    # true ratios of 1.2x, 2x and 2.9x (within the stretch, 3x), each way round, timed in three ways
+    plant(tmp_path / "planted.ipynb", [
+        TIMED,
+        shared(0.15, 0.18, "the first sleep is shorter (1.2x):"),
+        shared(0.18, 0.15, "the first sleep is longer (1.2x):"),
+        helper(0.1, 0.2, "a < b (2x):"), helper(0.2, 0.1, "a > b (2x):"),
+        nested(0.15, 0.435, "a < b (2.9x):"), nested(0.435, 0.15, "a > b (2.9x):"),
+        NO_LOAD_CHANGES, RERUN_FACT])
+    status = check_timing.main(["--twice", "--workers", "1", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert status == 1, printed
+    assert "each of 1 notebooks run twice in one kernel: 7 compared cell(s) changed" in printed, printed
+    early, late = "(load early in the cell)", "(second run in the same kernel, load late in the cell)"
+    # a < b flips when the earlier piece is stretched 3x (the first run), a > b when the later one is (the second)
+    for index, run, fresh in [(1, early, "the first sleep is shorter (1.2x): False"),
+                              (2, late, "the first sleep is longer (1.2x): False"),
+                              (3, early, "a < b (2x): False"), (4, late, "a > b (2x): False"),
+                              (5, early, "a < b (2.9x): False parts within the whole: True"),
+                              (6, late, "a > b (2.9x): False parts within the whole: True"),
+                              (8, late, "runs of this cell in this kernel: 2")]:
+        assert f"planted.ipynb code cell {index} {run}" in printed, (index, printed)
+        assert f"fresh:  {fresh}" in printed, (index, printed)
+    assert "code cell 0 " not in printed and "code cell 7 " not in printed  # no load changes these
 
 
 # True when time is honest: five sleeps of 20 ms take about 100 ms, far below 150 ms even on a busy machine
-TIMING_FACT = """import time
-start = time.perf_counter()
-for _ in range(5):
-    time.sleep(0.02)
-print("five short sleeps took less than 1.5x the time asked:", time.perf_counter() - start < 0.15)"""
+TIMING_FACT = ("import time\nstart = time.perf_counter()\nfor _ in range(5):\n    time.sleep(0.02)\n"
+               "print('five short sleeps took less than 1.5x the time asked:', time.perf_counter() - start < 0.15)",
+               "five short sleeps took less than 1.5x the time asked: True\n")
 
 
-def test_a_planted_timing_fact_is_listed_with_its_changed_line(tmp_path, capsys):
-    planted = tmp_path / "planted.ipynb"
-    plant(planted, [("print('the same on every machine:', sum(range(10)))", []),
-                    ("# timings vary (output not compared by the tests)\n" + TIMING_FACT, ["nbval-ignore-output"]),
-                    (TIMING_FACT, [])])
-    assert "1.5x the time asked: True" in nbformat.read(planted, as_version=4).cells[2].outputs[0]["text"]
-    # stretched at least 2x here, so that the planted fact flips whatever interval the random factors land on
-    status = check_timing.main(["--stretch", "2", "3", "--workers", "1", str(tmp_path)])
+def test_without_twice_a_pass_for_each_load_lists_each_fact_with_its_changed_line(tmp_path, capsys):
+    plant(tmp_path / "planted.ipynb", [TIMING_FACT, NO_LOAD_CHANGES,
+                                       shared(0.1, 0.2, "the first sleep is shorter (2x):"),
+                                       shared(0.2, 0.1, "the first sleep is longer (2x):")])
+    status = check_timing.main(["--workers", "1", str(tmp_path)])
     printed = capsys.readouterr().out
     assert status == 1, printed
-    assert "1 compared cell(s) changed" in printed, printed
-    assert "planted.ipynb code cell 2: import time" in printed
+    assert "3 compared cell(s) changed" in printed, printed
+    assert "planted.ipynb code cell 0 (load early in the cell): import time" in printed, printed
     assert "stored: five short sleeps took less than 1.5x the time asked: True" in printed
     assert "fresh:  five short sleeps took less than 1.5x the time asked: False" in printed
-
-
-# prints 1 in a fresh kernel and 2 when the notebook runs again in the same one
-RERUN_FACT = "runs = globals().get('runs', 0) + 1\nprint('runs of this cell in this kernel:', runs)"
-
-
-def test_twice_lists_a_timing_fact_with_its_first_run_and_a_rerun_fact_with_its_second(tmp_path, capsys):
-    planted = tmp_path / "planted.ipynb"
-    plant(planted, [("print('the same on every machine:', sum(range(10)))", []), (TIMING_FACT, []),
-                    (RERUN_FACT, [])])
-    status = check_timing.main(["--twice", "--stretch", "2", "3", "--workers", "1", str(tmp_path)])
-    printed = capsys.readouterr().out
-    assert status == 1, printed
-    assert "each of 1 notebooks run twice in one kernel: 2 compared cell(s) changed" in printed, printed
-    assert "planted.ipynb code cell 1 (clocks stretched): import time" in printed  # listed once, with its first run
-    assert "fresh:  five short sleeps took less than 1.5x the time asked: False" in printed
-    assert "planted.ipynb code cell 2 (second run in the same kernel): runs = " in printed
-    assert "stored: runs of this cell in this kernel: 1" in printed
-    assert "fresh:  runs of this cell in this kernel: 2" in printed
-    assert "code cell 0" not in printed
+    assert "planted.ipynb code cell 2 (load early in the cell): t0 = " in printed
+    assert "planted.ipynb code cell 3 (load late in the cell): t0 = " in printed
+    assert "fresh:  the first sleep is longer (2x): False" in printed
+    assert "code cell 1 " not in printed

@@ -1,23 +1,49 @@
 """Find compared outputs that depend on how busy the machine is: `make check-timing`.
 
-A learner's laptop and a CI runner are never idle, and load stretches every interval a clock measures, each by
-its own amount. A compared cell that prints a fact derived from wall-clock readings (``t_a > t_b``, "within
-1.5x", a count of iterations that fit in a time) then prints something else, and the suite goes red on a
-correct checkout. This runs the notebook suite with the clocks made unreliable (tools/pretend/sitecustomize.py,
-mode ``slow-clock``: every interval between two readings of ``time.perf_counter``, ``time.monotonic`` or
-``time.time`` is reported stretched by a seeded random factor between 1x and 3x, in the kernels and in every
-process they start) and lists every compared cell whose output changed, or that raised, with the changed lines
-(after tests/sanitize.cfg: a duration printed as such is allowed to vary). Cells tagged ``nbval-ignore-output``
-are not compared and cannot be listed; everything else is, ``device-dependent`` and ``build-dependent`` cells
-included (they are compared on machines like this one).
+A learner's laptop and a CI runner are never idle, and load stretches the intervals a clock measures, each by its
+own amount. A compared cell that prints a fact derived from wall-clock readings (``t_a > t_b``, "within 1.5x", a
+count of iterations that fit in a time) then prints something else, and the suite goes red on a correct checkout.
+This runs the notebook suite with the clocks made adversarial and deterministic (tools/pretend/sitecustomize.py,
+mode ``slow-clock``; ``time.perf_counter``, ``time.monotonic`` and ``time.time`` share one timeline, read alike by
+every thread). Each cell's time is cut in two at its *turn*, the end of the cell's first timed piece of work: its
+first clock reading that comes at least 1 ms after the cell's first one and from another place in the notebook's
+own code (another line of the cell, or of a function it defines) than the reading before it. So
+``t0 = perf_counter(); a(); t1 = perf_counter(); b(); ...`` turns at ``t1``, ``measure(f)`` then ``measure(g)`` on
+the next line at ``g``'s first reading, and an outer timer started just before either does not turn. Each
+notebook runs twice: with the load early in each cell (the clocks run HIGH times fast before the turn and LOW
+times fast after it; 3 and 1 unless ``--stretch`` says otherwise) and with the load late (LOW before, HIGH after).
+A process a cell starts is a cell of its own (its script is the notebook's own code there), with the same load.
+So:
 
-With ``--twice`` (what CI runs) each notebook runs top to bottom twice in one kernel, both runs with stretched
-clocks, and both are compared with the stored outputs: the first as above, the second as `make run-twice` does (a
-learner re-running the notebook in the kernel they have). One pass of the suite's cost does the work of both
-tools; a cell is listed with the run that changed it.
+- a comparison of time before the turn with time after it flips in one of the runs whenever its true ratio is
+  under HIGH/LOW (3x): "earlier < later" with the load early, "earlier > later" with it late. Two intervals are
+  compared by what each has that the other lacks: ``t1 - t0`` against ``t3 - t2``, a part against the rest of
+  a whole it is nested in, the non-overlapping ends of two interleaved intervals;
+- an interval on one side of the turn is seen at LOW times and at HIGH times its length, one run each: a
+  threshold within that range ("took less than 0.15 s", iterations that fit in a time) flips;
+- what holds on any clock that only moves forward and never runs slow (a part is not longer than the whole, a
+  sleep takes at least what it asked) holds in both runs, and is not listed.
+
+Not tested, as such pieces are stretched alike: two intervals on the same side of the turn (the second and
+third of a loop; two timings on one line, ``a, b = measure(f), measure(g)``; what is timed after readings that
+took the turn, such as a warm-up a library timed), or intervals within 1 ms of the cell's first reading. A cell
+listed prints a fact that load can change; a cell not listed may still print one.
+
+Each compared cell whose output changed, or that raised, is listed with the run and the changed lines (after
+tests/sanitize.cfg: a duration printed as such is allowed to vary). Cells tagged ``nbval-ignore-output`` are not
+compared and cannot be listed; everything else is, ``device-dependent`` and ``build-dependent`` cells included
+(they are compared on machines like this one). Without ``--twice`` each run is a pass of the suite under nbval in
+fresh kernels (two passes).
+
+With ``--twice`` (what CI runs) each notebook runs top to bottom twice in one kernel, the first run with the load
+early, the second with it late, and both are compared with the stored outputs: the second also as `make
+run-twice` does (a learner re-running the notebook in the kernel they have). One pass of the suite's cost does the
+work of both tools; a cell is listed with the first run that changed it. A cell listed only for the second run
+changed because of the late load or because it prints otherwise when re-run: `make check-timing` without
+``--twice`` and `make run-twice` tell which.
 
 Exit status 1 if a cell is listed. Usage:
-    python tools/check_timing.py [--twice] [--seed N] [--stretch LOW HIGH] [--workers N] [notebooks ...]
+    python tools/check_timing.py [--twice] [--stretch LOW HIGH] [--workers N] [notebooks ...]
 """
 
 from __future__ import annotations
@@ -56,56 +82,76 @@ def changed_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
-def timing_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float] = (1.0, 3.0),
-                   workers: int = 2) -> list[str]:
-    """Run the notebooks with stretched clocks; return a block of text per compared cell that changed or raised."""
-    drift_log = Path(tempfile.mkstemp(prefix="check-timing-", suffix=".jsonl")[1])
-    environment = {**TEST_ENVIRONMENT, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
-                   "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}", "D2L_EXT_DRIFT_LOG": str(drift_log)}
-    failures = failed_cells(environment, targets, workers=workers)
-    drifts: dict[tuple[str, int], list[dict]] = {}
-    for line in drift_log.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        drifts.setdefault((shown(str(REPO / entry["notebook"])), entry["cell"]), []).append(entry)
-    drift_log.unlink()
-    listed = []
-    for notebook, cells in sorted(failures.items()):
-        for index, failure in sorted(cells.items()):
-            cell = code_cells(Path(notebook))[index]
-            first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
-            if failure["how"] == "exception":
-                details = [f"raised: {failure.get('error', '')}"]
-            else:
-                details = changed_lines(drifts.get((shown(notebook), index), [])) or ["(the outputs differ in kind)"]
-            listed.append("\n".join([f"{shown(notebook)} code cell {index}: {first_line}",
-                                     *(f"    {line}" for line in details)]))
-    return listed
+# the two runs: where in each cell the load is, and how a cell changed by it is labelled
+LOADS = {"early": "load early in the cell", "late": "load late in the cell"}
 
 
-def twice_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float] = (1.0, 3.0),
-                  workers: int = 2, pinned: bool = True) -> list[str]:
-    """Run each notebook twice in one kernel with stretched clocks; return a block of text per compared cell that
-    changed in the first run (a timing-derived fact) or only in the second (a re-run prints otherwise).
+def clock_environment(stretch: tuple[float, float], load: str) -> dict[str, str]:
+    """Return the variables that make tools/pretend/sitecustomize.py stretch the clocks with ``load``."""
+    return {"D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}",
+            "D2L_EXT_SLOW_CLOCK_LOAD": load}
+
+
+def timing_changes(targets: list[str], stretch: tuple[float, float] = (1.0, 3.0), workers: int = 2) -> list[str]:
+    """Run the notebooks under nbval twice, the load early in each cell then late; return a block of text per
+    compared cell that changed or raised (with the first run that changed it)."""
+    listed: dict[tuple[str, int], str] = {}
+    for load, what in LOADS.items():
+        drift_log = Path(tempfile.mkstemp(prefix="check-timing-", suffix=".jsonl")[1])
+        environment = {**TEST_ENVIRONMENT, **clock_environment(stretch, load), "D2L_EXT_DRIFT_LOG": str(drift_log)}
+        failures = failed_cells(environment, targets, workers=workers)
+        drifts: dict[tuple[str, int], list[dict]] = {}
+        for line in drift_log.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            drifts.setdefault((shown(str(REPO / entry["notebook"])), entry["cell"]), []).append(entry)
+        drift_log.unlink()
+        for notebook, cells in failures.items():
+            for index, failure in cells.items():
+                if (shown(notebook), index) in listed:
+                    continue  # listed with the first run
+                cell = code_cells(Path(notebook))[index]
+                first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+                if failure["how"] == "exception":
+                    details = [f"raised: {failure.get('error', '')}"]
+                else:
+                    details = (changed_lines(drifts.get((shown(notebook), index), []))
+                               or ["(the outputs differ in kind)"])
+                heading = f"{shown(notebook)} code cell {index} ({what}): {first_line}"
+                listed[shown(notebook), index] = "\n".join([heading, *(f"    {line}" for line in details)])
+    return [listed[key] for key in sorted(listed)]
+
+
+def executed_cells(path: Path) -> int:
+    """Return how many code cells a run of ``path`` executes (nbclient skips empty ones and skip-execution)."""
+    return sum(1 for cell in code_cells(path) if cell.source.strip() and "skip-execution" not in
+               cell.metadata.get("tags", []))
+
+
+def twice_changes(targets: list[str], stretch: tuple[float, float] = (1.0, 3.0), workers: int = 2,
+                  pinned: bool = True) -> list[str]:
+    """Run each notebook twice in one kernel, the load early in each cell in the first run and late in the second;
+    return a block of text per compared cell that changed in a run (listed with the first run that changed it).
     ``pinned``: with make test's numeric pins; else with the numeric settings of this process's environment (the
     matrix's run that carries this check sets its own)."""
     threads = os.environ.get("OMP_NUM_THREADS", "1")
     pins = TEST_ENVIRONMENT if pinned else {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads}
-    environment = {**pins, "D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_SEED": str(seed),
-                   "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}",
+    environment = {**pins, **clock_environment(stretch, "early"),
                    "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
     paths = notebooks(targets)
+    # the kernel's cells numbered above this (its second Run All) take the late load
+    environments = [{**environment, "D2L_EXT_SLOW_CLOCK_SWITCH_AFTER": str(executed_cells(path))} for path in paths]
     listed = []
     if workers == 1:  # in this process (a forked pool inside pytest can hang on the threads it copies)
-        results = [run_differences(path, environment, compare_first=True) for path in paths]
+        results = [run_differences(path, env, True) for path, env in zip(paths, environments, strict=True)]
     else:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(run_differences, paths, [environment] * len(paths), [True] * len(paths)))
+            results = list(pool.map(run_differences, paths, environments, [True] * len(paths)))
     for path, found in zip(paths, results, strict=True):
         first = {index for run, index, *_ in found if run == 1}
         for run, index, first_line, stored, fresh in found:
             if run == 2 and index in first:
                 continue  # listed with its first run
-            what = "clocks stretched" if run == 1 else "second run in the same kernel"
+            what = LOADS["early"] if run == 1 else f"second run in the same kernel, {LOADS['late']}"
             lines = changed_lines([{"stored": stored, "fresh": fresh}]) or ["(the outputs differ in kind)"]
             listed.append("\n".join([f"{shown(str(path))} code cell {index} ({what}): {first_line}",
                                      *(f"    {line}" for line in lines)]))
@@ -114,12 +160,13 @@ def twice_changes(targets: list[str], seed: int = 0, stretch: tuple[float, float
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random stretch factors (default 0)")
     parser.add_argument("--stretch", type=float, nargs=2, default=(1.0, 3.0), metavar=("LOW", "HIGH"),
-                        help="range of the factor each interval is stretched by (default 1 3)")
+                        help="how many times fast the clocks run on the unloaded and the loaded side of each cell's "
+                             "turn (default 1 3)")
     parser.add_argument("--workers", type=int, default=2, help="notebooks run at once (default 2)")
     parser.add_argument("--twice", action="store_true",
-                        help="run each notebook twice in one kernel, and compare both runs (make run-twice's check)")
+                        help="run each notebook twice in one kernel (the load early, then late), and compare both "
+                             "runs (make run-twice's check too)")
     parser.add_argument("--unpinned", action="store_true",
                         help="with --twice: keep this environment's MKL, oneDNN and ATen settings instead of make "
                              "test's pins (make test-matrix's second run)")
@@ -127,19 +174,23 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.unpinned and not args.twice:
         parser.error("--unpinned goes with --twice")
+    low, high = args.stretch
+    if not 1 <= low <= high:
+        parser.error("--stretch: expected 1 <= LOW <= HIGH")
     started = time.perf_counter()
     if args.twice:
-        listed = twice_changes(args.targets, args.seed, tuple(args.stretch), args.workers, pinned=not args.unpinned)
+        listed = twice_changes(args.targets, (low, high), args.workers, pinned=not args.unpinned)
     else:
-        listed = timing_changes(args.targets, args.seed, tuple(args.stretch), args.workers)
-    print(f"clocks stretched {args.stretch[0]:g}x to {args.stretch[1]:g}x (seed {args.seed})"
+        listed = timing_changes(args.targets, (low, high), args.workers)
+    print(f"clocks {high:g}x fast before each cell's turn and {low:g}x after (load early), then the reverse (late)"
           + (f", each of {len(notebooks(args.targets))} notebooks run twice in one kernel" if args.twice else "")
           + f": {len(listed)} compared "
           f"cell(s) changed, in {time.perf_counter() - started:.0f} s"
           + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
              "load cannot break (README: Outputs that hold on a busy machine)"
-             + ("; a cell listed for its second run prints otherwise when re-run in the same kernel: seed what it "
-                "draws, and do not let it depend on what later cells leave behind" if args.twice else "")
+             + ("; a cell listed only for its second run may also print otherwise when re-run in the same kernel "
+                "(make run-twice): seed what it draws, and do not let it depend on what later cells leave behind"
+                if args.twice else "")
              + ":" if listed else ""))
     for block in listed:
         print(block)

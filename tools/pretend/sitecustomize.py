@@ -6,11 +6,14 @@ what torch *reports*, not what it computes, or what the clocks report:
 
 - ``cpu-build``: a CPU-only wheel (macOS, or ``+cpu``): no CUDA version, and CUDA calls raise AssertionError.
 - ``gpu``: one CUDA GPU is reported; anything that really touches it still fails, as there is none.
-- ``slow-clock``: as on a busy machine, every interval between two clock readings is reported stretched by a
-  random factor, drawn for each interval between ``D2L_EXT_SLOW_CLOCK_RANGE`` (default ``1,3``) with the seed
-  ``D2L_EXT_SLOW_CLOCK_SEED`` (default 0). ``time.perf_counter``, ``time.monotonic`` and ``time.time`` (and their
-  ``_ns`` forms) share one stretched timeline; ``time.sleep`` sleeps as asked, and the clocks report its interval
-  stretched like any other. torch is not imported.
+- ``slow-clock``: as on a machine that is busy for part of each cell, the clocks ``time.perf_counter``,
+  ``time.monotonic`` and ``time.time`` (and their ``_ns`` forms) share one timeline that runs HIGH times fast on
+  one side of each cell's *turn* and LOW times fast on the other (``D2L_EXT_SLOW_CLOCK_RANGE``, default ``1,3``).
+  ``D2L_EXT_SLOW_CLOCK_LOAD=early`` (the default) stretches the time before the turn, ``late`` the time after
+  it; with ``D2L_EXT_SLOW_CLOCK_SWITCH_AFTER=N`` a kernel's cells numbered above N (its second Run All) take the
+  other one, and the processes they start inherit it. A cell's turn is its first clock reading that comes at
+  least 1 ms after the cell's first reading and from another place in the notebook's own code than the reading
+  before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. torch is not imported.
 """
 
 from __future__ import annotations
@@ -20,23 +23,93 @@ import os
 MODE = os.environ.get("D2L_EXT_PRETEND", "")
 
 
-def install_slow_clock(seed: int, low: float, high: float) -> None:
-    """Replace the clocks of ``time`` with ones that report each interval stretched by a factor in [low, high]."""
-    import random
+TURN_AFTER = 0.001  # seconds from a cell's first clock reading before its turn can come
+
+
+def install_slow_clock(low: float, high: float, load: str = "early", switch_after: int | None = None) -> None:
+    """Replace the clocks of ``time`` with ones that run ``high`` times fast on the loaded side of each cell's
+    turn and ``low`` times fast on the other side: before the turn with ``load="early"``, after it with "late".
+
+    A *cell* is one cell run by IPython (from its ``pre_run_cell`` event, or a new execution count, to the next);
+    a process without IPython (a script a cell starts) is one cell. The notebook's *own code* is the frames whose
+    globals are ``__main__``'s: a kernel's cells and the functions they define, or a script's. A reading *in the
+    cell* is one made on the main thread with such a frame on its stack; its *place* is their (code, line) pairs.
+    The *turn* is the first reading in the cell whose place differs from the reading before it and that comes at
+    least TURN_AFTER after the cell's first reading: the end of the cell's first timed piece of work (from
+    ``t0 = perf_counter()`` to the next reading on another line; or all the readings ``measure(f)`` makes, up to
+    the first reading of a ``measure(g)`` on the next line; a reading microseconds after the first, such as
+    after an outer timer's start, does not turn). Readings on other threads, or outside cells, do not move the
+    turn; every reading of every thread reads the same timeline, which only moves forward. With ``switch_after``,
+    cells whose execution count is above it take the other load (a kernel's second Run All).
+    """
+    import sys
     import threading
     import time
 
     real = time.perf_counter
-    rng = random.Random(seed)
     lock = threading.Lock()
-    state = {"real": real(), "stretched": 0.0}  # the last real reading, and the stretched time elapsed since start
+    main_thread = threading.get_ident()
     bases = {"perf_counter": real(), "monotonic": time.monotonic(), "time": time.time()}
+    # the last real reading, the stretched time since start, its current rate; the cell, its load, its first
+    # reading, the place of its last reading, whether it has turned; IPython's shell, the cells it has started
+    state = {"real": real(), "stretched": 0.0, "rate": high if load == "early" else low, "cell": None,
+             "load": load, "first": 0.0, "place": None, "turned": False, "shell": None, "starts": 0}
+
+    def started(info=None) -> None:
+        state["starts"] += 1
+
+    def cell() -> tuple[int, int]:
+        """(IPython's execution count, cells started since the clock first saw IPython's shell), or (0, 0)."""
+        shell = state["shell"]
+        if shell is None:
+            try:
+                shell = sys.modules["IPython"].get_ipython()
+            except Exception:  # not imported, or not yet whole
+                return 0, 0
+            if shell is None:
+                return 0, 0
+            state["shell"] = shell
+            try:  # nbval runs cells without counting them (store_history=False): a cell starts with this event
+                shell.events.register("pre_run_cell", started)
+            except Exception:
+                pass  # not IPython's shell: the execution count alone tells cells apart
+        return shell.execution_count, state["starts"]
+
+    def place() -> tuple:
+        main = sys.modules.get("__main__")
+        own = getattr(main, "__dict__", None)
+        frame, found = sys._getframe(2), []  # the clock, then what called it
+        while frame is not None:
+            if frame.f_globals is own:
+                found.append((frame.f_code, frame.f_lineno))
+                if frame.f_code.co_name == "<module>":
+                    break  # the cell itself (or the script): what calls it is the kernel's machinery
+            frame = frame.f_back
+        return tuple(found)
+
+    def schedule(now: float, where: tuple, number: int, starts: int) -> None:
+        """At a reading in a cell (the timeline brought up to ``now``): set the rate from here on."""
+        if (number, starts) != state["cell"]:  # the cell's first reading
+            other = "late" if load == "early" else "early"
+            cell_load = load if switch_after is None or number <= switch_after else other
+            if cell_load != state["load"]:
+                os.environ["D2L_EXT_SLOW_CLOCK_LOAD"] = cell_load  # for the processes this cell starts
+            state.update(cell=(number, starts), load=cell_load, first=now, turned=False,
+                         rate=high if cell_load == "early" else low)
+        elif not state["turned"] and where != state["place"] and now - state["first"] >= TURN_AFTER:
+            state.update(turned=True, rate=low if state["load"] == "early" else high)
+        state["place"] = where
 
     def elapsed() -> float:
+        # where the reading is made, found before the lock is taken (what this calls may read a clock too)
+        where = place() if threading.get_ident() == main_thread else ()
+        number, starts = cell() if where else (0, 0)
         with lock:
             now = real()
-            state["stretched"] += (now - state["real"]) * rng.uniform(low, high)
+            state["stretched"] += (now - state["real"]) * state["rate"]
             state["real"] = now
+            if where:  # not on another thread, nor outside the notebook's own code (the kernel between cells)
+                schedule(now, where, number, starts)
             return state["stretched"]
 
     def clock(name: str):
@@ -57,7 +130,11 @@ if MODE == "slow-clock":
     low, high = (float(x) for x in os.environ.get("D2L_EXT_SLOW_CLOCK_RANGE", "1,3").split(","))
     if not 1 <= low <= high:
         raise SystemExit(f"D2L_EXT_SLOW_CLOCK_RANGE: expected 'low,high' with 1 <= low <= high, not {low},{high}")
-    install_slow_clock(int(os.environ.get("D2L_EXT_SLOW_CLOCK_SEED", "0")), low, high)
+    load = os.environ.get("D2L_EXT_SLOW_CLOCK_LOAD", "early")
+    if load not in ("early", "late"):
+        raise SystemExit(f"D2L_EXT_SLOW_CLOCK_LOAD={load!r}: expected 'early' or 'late'")
+    switch_after = os.environ.get("D2L_EXT_SLOW_CLOCK_SWITCH_AFTER")
+    install_slow_clock(low, high, load, int(switch_after) if switch_after else None)
 elif MODE:
     import torch
     from torch.torch_version import TorchVersion
