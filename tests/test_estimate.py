@@ -235,3 +235,16 @@ def test_zero_matches_the_papers_figure_1():
         zero_bytes_per_gpu(1e9, 2, 4)
     with pytest.raises(ValueError):
         zero_bytes_per_gpu(1e9, 0, 1)
+
+
+@pytest.mark.parametrize(("device", "available", "expected"), [
+    ("cuda", True, "cuda"), ("cuda", False, "cpu"), ("mps", True, "mps"), ("mps", False, "cpu"),
+    ("cpu", True, "cpu"), ("meta", True, "cpu")])
+def test_the_step_is_simulated_on_the_device_when_one_is_here(monkeypatch, device, available, expected):
+    """Autograd's engine needs a real device of the fake tensors' type for the backward pass (without one it
+    raises), so a step estimated for a GPU that is not here is simulated on the CPU."""
+    from d2l_ext.estimate import _simulation_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.mps, "is_available", lambda: available, raising=False)
+    assert _simulation_device(device) == expected
