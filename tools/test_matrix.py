@@ -82,7 +82,8 @@ EACH = [
 # Python are resolved by pip without installing them (binary wheels for every pin); the notebooks run on our pins
 # under 3.10 here, 3.11 in make test and 3.12 and 3.13 with --each.
 #
-# The second runs each notebook twice in one kernel with every clock stretched 1x-3x, both runs compared (what
+# The second runs each notebook twice in one kernel with every clock stretched adversarially (3x before each cell's
+# turn in the first run, 3x after it in the second), both runs compared (what
 # `make check-timing` and `make run-twice` check, tools/check_timing.py --twice): stretched clocks change only what
 # a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
 # The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
