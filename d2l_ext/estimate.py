@@ -264,9 +264,9 @@ def _optimizer_temporaries(trained: list[nn.Parameter], optimizer: str, foreach:
         return 0, "no temporaries"  # SGD and momentum update in place
     if foreach:  # torch.optim.Adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), all tensors at once
         size = trained[0].element_size()
-        return sum(p.numel() * p.element_size() for p in trained), f"temporaries P x {size} B (foreach Adam)"
+        return sum(p.numel() * p.element_size() for p in trained), f"P x {size} B (foreach Adam)"
     largest = max(p.numel() * p.element_size() for p in trained)  # the square root, then its quotient
-    return 2 * largest, "temporaries 2 x the largest parameter (per-tensor Adam)"
+    return 2 * largest, "2 x the largest parameter (per-tensor Adam)"
 
 
 def _default_foreach(device_type: str) -> bool:
@@ -337,11 +337,11 @@ def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: st
         ),
         phases=(
             MemoryRow("forward pass", forward + state_bytes,
-                      "parameters, optimizer state, batch, the forward pass's tensors (fake tensors)"),
-            MemoryRow("backward pass", backward + state_bytes, "parameters, optimizer state, batch, saved "
-                      "activations and their gradients, gradients so far (fake tensors)"),
+                      "parameters + optimizer state + batch + the forward pass's tensors alive"),
+            MemoryRow("backward pass", backward + state_bytes,
+                      "parameters + optimizer state + batch + saved activations + their gradients + gradients"),
             MemoryRow("optimizer.step()", param_bytes + buffer_bytes + grad_bytes + state_bytes + batch_bytes
-                      + temporaries, f"parameters, gradients, optimizer state, batch, {temporaries_formula}"),
+                      + temporaries, f"parameters + gradients + optimizer state + batch + {temporaries_formula}"),
         ),
     )
 
