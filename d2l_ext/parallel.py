@@ -9,14 +9,14 @@ from torch import nn
 
 
 def split_batch(X, y, devices):
-    """Return the minibatch (X, y) cut into len(devices) parts (empty ones if it is smaller), part i on devices[i]."""
+    """Return (X, y) in len(devices) parts, part i on devices[i] (some may be empty)."""
     # tensor_split always gives len(devices) parts; chunk gives fewer for a batch smaller than that
     parts = zip(X.tensor_split(len(devices)), y.tensor_split(len(devices)), devices, strict=True)
     return [(Xi.to(device), yi.to(device)) for Xi, yi, device in parts]
 
 
 def allreduce(tensors):
-    """Replace every tensor of the list by the sum of all of them (each on its own device)."""
+    """Replace every tensor of the list by the sum of all (each on its own device)."""
     total = tensors[0].clone()
     for tensor in tensors[1:]:
         total += tensor.to(total.device)
@@ -25,7 +25,7 @@ def allreduce(tensors):
 
 
 def train_step(replicas, optimizers, X, y, devices):
-    """One data-parallel step: forward/backward per worker, all-reduce gradients, identical updates."""
+    """One data-parallel step: forward/backward per worker, all-reduce, same update."""
     for net, (Xi, yi) in zip(replicas, split_batch(X, y, devices), strict=True):
         loss = nn.functional.cross_entropy(net(Xi), yi, reduction="sum") / len(y)
         loss.backward()

@@ -52,16 +52,21 @@ def badge_cell(path: Path) -> nbformat.NotebookNode:
 def setup_cell(path: Path) -> nbformat.NotebookNode:
     folder = path.parent.relative_to(ROOT).as_posix()
     source = "\n".join([
-        "# On Colab: fetch this course and install what Colab lacks. Anywhere else this cell does nothing.",
+        # 88 columns at most (notebooks/ruff.toml); IPython joins a `!` line ending in a backslash to the next
+        "# On Colab: fetch this course and install what Colab lacks.",
+        "# Anywhere else this cell does nothing.",
         "import sys",
         "from pathlib import Path",
         "",
         'if "google.colab" in sys.modules:',
-        f"    !git clone --quiet --depth 1 --branch {BRANCH} https://github.com/{REPOSITORY} /content/course",
+        f"    !git clone --quiet --depth 1 --branch {BRANCH} \\",
+        f"        https://github.com/{REPOSITORY} /content/course",
         f"    %pip install --quiet --no-deps {d2l_requirement()} /content/course",
         f"    %cd /content/course/{folder}",
-        "    from d2l_ext.compat import torch_check  # one line if Colab's torch is too old for a chapter",
-        '    if (problem := torch_check(notebooks=Path("/content/course/notebooks"))) is not None:',
+        "    # one line if Colab's torch is too old for a chapter",
+        "    from d2l_ext.compat import torch_check",
+        '    notebooks = Path("/content/course/notebooks")  # the clone\'s, not the package\'s',
+        "    if (problem := torch_check(notebooks=notebooks)) is not None:",
         "        print(problem)",
     ])
     cell = nbformat.v4.new_code_cell(source)
