@@ -59,6 +59,9 @@ def test_ipython_syntax_becomes_python_line_for_line():
     assert timed == ["pass  # %%time", "x = 1"]  # the body is Python and stays checked
     shell = typecheck.cell_to_python("%%bash\necho hi\n")
     assert shell[0].startswith("get_ipython().run_cell_magic('bash', '', ") and shell[1] == "# echo hi"
+    # a shell line continued with a backslash, as the Colab setup cell writes it: IPython joins the lines
+    continued = typecheck.cell_to_python("if True:\n    !git clone a \\\n        b c\n    x = 1\n")
+    assert continued == ["if True:", "    get_ipython().system('git clone a  b c')", "", "    x = 1"]
 
 
 def test_each_line_maps_back_to_its_cell(tmp_path):

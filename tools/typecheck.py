@@ -83,11 +83,19 @@ def cell_to_python(source: str) -> list[str]:
     except SyntaxError:
         pass
     converted = []
-    for line in lines:
+    continued = 0  # lines already joined to an escape line ending in a backslash, as IPython joins them
+    for number, line in enumerate(lines):
+        if continued:
+            continued -= 1
+            converted.append("")  # kept, so that line numbers still match the cell's
+            continue
         stripped = line.lstrip()
         indent = line[: len(line) - len(stripped)]
         assigned = ASSIGNED_ESCAPE.match(stripped)
         if stripped.startswith(("!", "%")):
+            while stripped.endswith("\\") and number + continued + 1 < len(lines):
+                continued += 1
+                stripped = stripped[:-1] + " " + lines[number + continued].strip()
             line = indent + escape_to_python(stripped)
         elif assigned and not stripped.startswith(("#", "'", '"')):
             escape = assigned["escape"]
