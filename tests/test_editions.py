@@ -334,3 +334,13 @@ def test_links_into_the_glossary_name_its_own_headings(course):
     assert editions.problems("vi", relative) == [
         f"editions/vi/01_devices.ipynb cell {english.id}: links glossary.md#khong-co, a heading that "
         "editions/vi/glossary.md does not have"]
+
+
+def test_a_shell_line_continued_with_a_backslash_is_read_as_ipython_reads_it():
+    # the Colab setup cell's git clone, split to fit the book's column: its second line is not Python
+    cell = ('if True:\n    # fetch\n    !git clone a \\\n        https://b /c\n    # then load\n'
+            '    from d2l_ext.compat import torch_check\n')
+    assert editions.comments(cell) == ["# fetch", "# then load"]
+    assert (0, "https://b /c") in editions.code_tokens(cell)
+    changed = cell.replace("https://b", "https://x")
+    assert editions.code_tokens(changed) != editions.code_tokens(cell)  # the continued line is code

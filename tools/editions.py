@@ -102,20 +102,41 @@ def code_tokens(source: str) -> list[tuple[int, str]]:
     ends and indentation are kept, and so are the comments that tools read (``# pyright:``, ``# noqa``, ...).
     IPython's ! and % lines are compared as text, after the Python tokens. A cell that Python cannot tokenize is
     compared whole."""
-    lines = ["pass  # " + line if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines()]
+    marked = _ipython_lines(source)
+    lines = [_python_stand_in(kind, line) for kind, line in marked]
     try:
         tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
         kept = [(t.type, t.string) for t in tokens
                 if t.type != tokenize.NL and (t.type != tokenize.COMMENT or DIRECTIVE.match(t.string))]
     except (tokenize.TokenError, SyntaxError):
         return [(0, source)]
-    magics = [(0, line.strip()) for line in source.splitlines() if line.lstrip().startswith(("!", "%"))]
+    magics = [(0, line.strip()) for kind, line in marked if kind != "python"]
     return kept + magics
+
+
+def _ipython_lines(source: str) -> list[tuple[str, str]]:
+    """Return a cell's lines, each marked "python", "escape" (IPython's ! or % line) or "continued" (a line that a
+    trailing backslash joins to the escape line above, as IPython joins it)."""
+    marked: list[tuple[str, str]] = []
+    for line in source.splitlines():
+        if marked and marked[-1][0] != "python" and marked[-1][1].rstrip().endswith("\\"):
+            marked.append(("continued", line))
+        else:
+            marked.append(("escape" if line.lstrip().startswith(("!", "%")) else "python", line))
+    return marked
+
+
+def _python_stand_in(kind: str, line: str) -> str:
+    """Return what Python's tokenizer reads for a marked line: an escape line becomes ``pass`` at its indent."""
+    if kind == "escape":
+        stripped = line.lstrip()
+        return line[: len(line) - len(stripped)] + "pass  # " + stripped
+    return "" if kind == "continued" else line
 
 
 def comments(source: str) -> list[str]:
     """Return the comments of a code cell (an IPython ! or % line's text is not a comment)."""
-    lines = ["" if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines()]
+    lines = [line if kind == "python" else "" for kind, line in _ipython_lines(source)]
     try:
         tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
         return [t.string for t in tokens if t.type == tokenize.COMMENT]
