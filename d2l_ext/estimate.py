@@ -218,15 +218,15 @@ def _simulation_device(device_type: str) -> str:
     return device_type if available is not None and available() else "cpu"
 
 
-def _fake_step(model: nn.Module, batch: Any, amp: torch.dtype | None, device_type: str
+def _fake_step(model: nn.Module, batch: Any, amp: torch.dtype | None, fake_type: str
                ) -> tuple[dict[str, int], int, int]:
-    """Run the forward and backward pass on fake tensors (shape and dtype, no memory). Return ``saved_bytes``,
-    and the most bytes alive during the forward pass and during the backward pass: the parameters, buffers and
-    batch, and every tensor the two passes create, while it lives (the optimizer state is not there)."""
+    """Run the forward and backward pass on fake tensors of device type ``fake_type`` (shape and dtype, no memory).
+    Return ``saved_bytes``, and the most bytes alive during the forward pass and during the backward pass: the
+    parameters, buffers and batch, and every tensor the two passes create, while it lives (the optimizer state is
+    not there)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_type = _simulation_device(device_type)
 
     def fake(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device.type != fake_type:
@@ -305,10 +305,16 @@ def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: st
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     device_type = torch.device(device).type if device is not None else parameters[0].device.type
     _check_amp(amp, "cpu" if device_type == "meta" else device_type)
+    simulated_on = _simulation_device(device_type)
     try:
-        saved, forward, backward = _fake_step(model, example_batch, amp, device_type)
+        saved, forward, backward = _fake_step(model, example_batch, amp, simulated_on)
     except Exception as err:
-        raise ValueError(f"the model rejects this batch: {type(err).__name__}: {err}") from err
+        if simulated_on == "cpu":
+            raise ValueError(f"the model rejects this batch: {type(err).__name__}: {err}") from err
+        try:  # a device whose fake tensors this torch cannot run backward: the CPU's simulation, a close one
+            saved, forward, backward = _fake_step(model, example_batch, amp, "cpu")
+        except Exception as cpu_err:
+            raise ValueError(f"the model rejects this batch: {type(err).__name__}: {err}") from cpu_err
     count = sum(p.numel() for p in parameters)
     param_bytes = sum(p.numel() * p.element_size() for p in parameters)
     trained = [p for p in parameters if p.requires_grad]

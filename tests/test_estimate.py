@@ -248,3 +248,20 @@ def test_the_step_is_simulated_on_the_device_when_one_is_here(monkeypatch, devic
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.mps, "is_available", lambda: available, raising=False)
     assert _simulation_device(device) == expected
+
+
+def test_a_device_whose_fake_backward_fails_falls_back_to_the_cpus_simulation(monkeypatch):
+    """Pretend CUDA is here: the fake CUDA forward runs, its backward raises in autograd's engine (there is no
+    GPU), and the estimate is the CPU's simulation, not an error in an unguarded cell."""
+    from d2l_ext import estimate
+
+    model, batch = models()["mlp"]
+    if not torch.cuda.is_available():  # the path this test takes: the fake CUDA step cannot run here
+        with pytest.raises(RuntimeError):
+            estimate._fake_step(model, batch, None, "cuda")
+    on_the_cpu = estimate_training_memory(model, batch, device="cuda")
+    monkeypatch.setattr(estimate, "_simulation_device", lambda device_type: device_type)
+    fallen_back = estimate_training_memory(model, batch, device="cuda")
+    assert fallen_back == on_the_cpu
+    with pytest.raises(ValueError, match="rejects this batch"):
+        estimate_training_memory(model, torch.randn(64, 3), device="cuda")
