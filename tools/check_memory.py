@@ -1,0 +1,654 @@
+"""Every notebook run as Binder runs it, in Binder's memory: ``make check-memory``.
+
+Binder gives a learner 2 GiB for the Jupyter server, the kernel and every process the kernel starts. This tool
+runs each notebook (chapters and solutions; the editions run the same code) the way a learner's Run All does: a
+fresh kernel, driven by a notebook client, with no test runner in its memory. The kernel and every process it
+starts run in a memory limit of 2 GiB less 200 MB, the 200 MB being left for the Jupyter server (the client here
+stays outside the limit, in the server's share). Notebooks run one at a time.
+
+The limit is the operating system's own where the machine lets us set one:
+- a cgroup (version 1, or version 2 where the memory controller is delegated to us) made for each notebook;
+- else ``systemd-run --user --scope -p MemoryMax=...`` (a desktop's systemd);
+- else none: the tool says so in its first line, watches the kernel's process tree instead (the sum of each
+  process's proportional set size, so that shared pages count once) and stops a notebook whose tree goes over.
+
+Reported for each notebook, with the cell that brought each peak:
+- the kernel's peak resident memory (``VmHWM``, shared library pages included), exact: it is reset before each
+  cell through ``/proc/PID/clear_refs``; it must stay under 1.2 GB (issue 30);
+- the peak of the kernel with every process it launched, sampled every 20 ms: their anonymous memory and the
+  file pages they map (torch's libraries), each page counted once, as the cgroup counts them (without a
+  cgroup: the tree's summed proportional set sizes). The file cache they only read or wrote is left out: the
+  system drops it before the limit is reached. Where the tool may (as root), it drops the page cache before
+  each notebook, so that the libraries a kernel loads are charged to it, as in a fresh Binder container; where
+  it may not, pages cached before are charged elsewhere, and the figure is at least the kernel's own peak.
+
+It fails, naming the notebook and the cell, where a cell raises (cells tagged ``raises-exception`` excepted),
+the kernel or a launched process is killed for memory, the tree goes over the limit, or the kernel over its
+budget; and it names a notebook it could not run. ``--record`` writes the figures to
+``d2l_ext/memory_peaks.json`` (which ``make doctor`` reads) and to the README's memory table.
+
+Usage: python tools/check_memory.py [NOTEBOOK or FOLDER ...] [--no-limit] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import psutil
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+REPO = Path(__file__).resolve().parent.parent
+BINDER = 2 * 2**30  # what Binder gives a learner's container: the server, the kernel and what it starts
+SERVER_MARGIN = 200 * 10**6  # left for the Jupyter server
+LIMIT = BINDER - SERVER_MARGIN  # the kernel and every process it starts
+KERNEL_BUDGET = 1_200 * 10**6  # the kernel process alone (issue 30)
+SAMPLE_S = 0.02
+CELL_TIMEOUT_S = 600
+RECORD = REPO / "d2l_ext" / "memory_peaks.json"
+README = REPO / "README.md"
+README_START, README_END = "<!-- memory: written by tools/check_memory.py --record -->", "<!-- /memory -->"
+MiB = 2**20
+ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a traceback's colours
+
+
+def mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MiB:,.0f} MiB"
+
+
+# ---------------------------------------------------------------------------------------------------- limits
+
+
+class Limit:
+    """How the kernel's process tree is held to ``limit`` bytes, and how its memory is read."""
+
+    name = "none"
+    enforced = False
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.kernel_pid: int | None = None
+
+    def prefix(self) -> list[str]:
+        """The command that starts the kernel inside the limit (put before the kernel's own command)."""
+        return []
+
+    def started(self, pid: int) -> None:
+        self.kernel_pid = pid
+
+    def usage(self) -> int | None:
+        """Bytes the tree holds now."""
+        return tree_pss(self.kernel_pid) if self.kernel_pid else None
+
+
+    def oom_kills(self) -> int:
+        """How many processes the operating system killed for memory in this limit so far."""
+        return 0
+
+    def pids(self) -> list[int]:
+        if self.kernel_pid is None:
+            return []
+        try:
+            root = psutil.Process(self.kernel_pid)
+            return [root.pid] + [child.pid for child in root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def close(self) -> None:
+        """Kill what is left of the tree and remove what the limit made."""
+        kill(self.pids())
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def tree_pss(pid: int) -> int | None:
+    """The summed proportional set size of ``pid`` and its descendants (shared pages counted once)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for process in processes:
+        try:
+            text = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
+            total += int(re.search(r"^Pss:\s+(\d+) kB", text, re.M)[1]) * 1024  # type: ignore[index]
+        except (OSError, TypeError):
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:
+                pass
+    return total
+
+
+def read_stat(path: Path) -> dict[str, int]:
+    stat = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            stat[key] = int(value)
+    return stat
+
+
+def mapped_bytes(stat_file: Path, version: int) -> int | None:
+    """What a cgroup's processes hold: their anonymous memory and the file pages they map, each page once.
+
+    The file cache the processes only read or wrote (Python's sources, a saved checkpoint) is left out: the
+    system drops it before it reaches a limit, while mapped pages (the code of torch's libraries) are in use.
+    """
+    try:
+        stat = read_stat(stat_file)
+    except OSError:
+        return None
+    if version == 1:
+        return stat.get("total_rss", 0) + stat.get("total_mapped_file", 0)
+    return stat.get("anon", 0) + stat.get("file_mapped", 0)
+
+
+class Cgroup(Limit):
+    """A cgroup made for one notebook, version 1 or 2, under the cgroup this process is in."""
+
+    enforced = True
+
+    def __init__(self, limit: int, parent: Path, version: int):
+        super().__init__(limit)
+        self.version = version
+        self.name = f"a cgroup (version {version})"
+        self.path = parent / f"d2l-check-memory-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+        self.path.mkdir()
+        try:
+            if version == 1:
+                (self.path / "memory.limit_in_bytes").write_text(str(limit))
+                swap = self.path / "memory.memsw.limit_in_bytes"  # memory and swap together: no swapping out
+                if swap.exists():
+                    swap.write_text(str(limit))
+            else:
+                (self.path / "memory.max").write_text(str(limit))
+                (self.path / "memory.swap.max").write_text("0")
+        except OSError:
+            self.path.rmdir()
+            raise
+
+    def prefix(self) -> list[str]:
+        # the shell puts itself in the cgroup, then becomes the kernel: everything the kernel starts is in it too
+        return ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.path)]
+
+    def usage(self) -> int | None:
+        return mapped_bytes(self.path / "memory.stat", self.version)
+
+    def oom_kills(self) -> int:
+        try:
+            if self.version == 1:
+                return read_stat(self.path / "memory.oom_control").get("oom_kill", 0)
+            return read_stat(self.path / "memory.events").get("oom_kill", 0)
+        except OSError:
+            return 0
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(pid) for pid in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return super().pids()
+
+    def close(self) -> None:
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            kill(pids)
+            time.sleep(0.1)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+class SystemdScope(Limit):
+    """The kernel started by ``systemd-run --user --scope`` with ``MemoryMax``; its cgroup read once it runs."""
+
+    enforced = True
+    name = "systemd-run --user --scope (MemoryMax)"
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.cgroup: Path | None = None
+
+    def prefix(self) -> list[str]:
+        return ["systemd-run", "--user", "--scope", "--quiet", "-p", f"MemoryMax={self.limit}",
+                "-p", "MemorySwapMax=0", "--"]
+
+    def started(self, pid: int) -> None:
+        super().started(pid)
+        for _ in range(100):  # systemd-run execs the kernel once the scope exists
+            path = cgroup_of(pid)
+            if path is not None and (path / "memory.current").exists():
+                self.cgroup = path
+                return
+            time.sleep(0.05)
+
+    def usage(self) -> int | None:
+        if self.cgroup is None:
+            return super().usage()
+        return mapped_bytes(self.cgroup / "memory.stat", 2)
+
+    def oom_kills(self) -> int:
+        try:
+            return read_stat(self.cgroup / "memory.events").get("oom_kill", 0) if self.cgroup else 0
+        except OSError:
+            return 0
+
+
+def cgroup_mounts(mountinfo: str) -> dict[str, Path]:
+    """Where the cgroup hierarchies are mounted: {"memory": v1 mount, "unified": v2 mount}."""
+    mounts: dict[str, Path] = {}
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, after = left.split(), right.split()
+        if len(fields) < 5 or len(after) < 3:
+            continue
+        if after[0] == "cgroup2":
+            mounts.setdefault("unified", Path(fields[4]))
+        elif after[0] == "cgroup" and "memory" in after[2].split(","):
+            mounts.setdefault("memory", Path(fields[4]))
+    return mounts
+
+
+def own_cgroups(proc_cgroup: str) -> dict[str, str]:
+    """This process's cgroup paths: {"memory": v1 path, "unified": v2 path}."""
+    paths = {}
+    for line in proc_cgroup.splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and controllers == "":
+            paths["unified"] = path
+        elif "memory" in controllers.split(","):
+            paths["memory"] = path
+    return paths
+
+
+def cgroup_of(pid: int) -> Path | None:
+    """The version 2 cgroup directory of ``pid``, where it has one."""
+    try:
+        mounts = cgroup_mounts(Path("/proc/self/mountinfo").read_text())
+        paths = own_cgroups(Path(f"/proc/{pid}/cgroup").read_text())
+    except OSError:
+        return None
+    if "unified" not in mounts or "unified" not in paths:
+        return None
+    return mounts["unified"] / paths["unified"].lstrip("/")
+
+
+def cgroup_parent(mounts: dict[str, Path], paths: dict[str, str]) -> tuple[Path, int] | None:
+    """The cgroup under which a limited child can be made, and its version, or None."""
+    if "memory" in mounts and "memory" in paths:  # version 1: any cgroup we may write to takes children
+        for parent in (mounts["memory"] / paths["memory"].lstrip("/"), mounts["memory"]):
+            if (parent / "memory.limit_in_bytes").exists() and os.access(parent, os.W_OK):
+                return parent, 1
+    if "unified" in mounts and "unified" in paths:  # version 2: the memory controller must be delegated to us
+        parent = mounts["unified"] / paths["unified"].lstrip("/")
+        try:
+            delegated = "memory" in (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            delegated = False
+        if delegated and os.access(parent, os.W_OK):
+            return parent, 2
+    return None
+
+
+def systemd_scope_works() -> bool:
+    if shutil.which("systemd-run") is None:
+        return False
+    try:
+        done = subprocess.run(["systemd-run", "--user", "--scope", "--quiet", "-p", "MemoryMax=1G", "true"],
+                              capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def choose_limit(no_limit: bool = False) -> tuple[Callable[[int], Limit], str]:
+    """A factory of limits, one per notebook, and a line that says which kind and why."""
+    if no_limit:
+        return Limit, "no operating-system limit (--no-limit): the process tree's memory is watched instead"
+    try:
+        mounts = cgroup_mounts(Path("/proc/self/mountinfo").read_text())
+        paths = own_cgroups(Path("/proc/self/cgroup").read_text())
+    except OSError:
+        mounts, paths = {}, {}
+    found = cgroup_parent(mounts, paths)
+    if found is not None:
+        parent, version = found
+        for stale in parent.glob("d2l-check-memory-*"):  # left by a run that was killed: empty, removed
+            try:
+                stale.rmdir()
+            except OSError:
+                pass
+        try:
+            Cgroup(1 << 30, parent, version).close()  # one made and removed: the tool may make them
+            return (lambda limit: Cgroup(limit, parent, version)), \
+                f"memory limit: a cgroup (version {version}) per notebook, under {parent}"
+        except OSError as error:
+            why = f"a cgroup could not be made under {parent} ({error.strerror})"
+    else:
+        why = "no cgroup memory controller this user may write to"
+    if systemd_scope_works():
+        return SystemdScope, f"memory limit: systemd-run --user --scope with MemoryMax ({why})"
+    return Limit, (f"NO MEMORY LIMIT can be set on this machine ({why}; no working systemd-run --user): "
+                   "the kernel's process tree is watched instead, and a notebook over the limit is stopped")
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+@dataclass
+class Result:
+    notebook: str
+    limit: str = ""
+    seconds: float = 0.0
+    kernel_peak: int | None = None  # bytes
+    kernel_cell: int | None = None
+    tree_peak: int | None = None
+    tree_cell: int | None = None
+    problems: list[str] = field(default_factory=list)
+    cells: dict[int | None, list[int]] = field(default_factory=dict)  # cell -> [kernel peak, tree peak]
+    kept: dict[int | None, int] = field(default_factory=dict)  # cell -> the kernel's resident memory after it
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class LimitedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel starts inside a limit."""
+
+    limit_prefix: list[str] = []
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        return self.limit_prefix + super().format_kernel_cmd(extra_arguments)
+
+
+def cell_name(notebook: nbformat.NotebookNode, index: int | None) -> str:
+    if index is None:
+        return "before the first cell"
+    cell = notebook.cells[index]
+    return f"cell {index} ({cell.get('id', '?')})"
+
+
+def peak_cell(peaks: dict[int | None, list[int]], which: int) -> tuple[int | None, int | None]:
+    """The cell that brought a peak (the first whose own peak is within 1% of it) and the peak in bytes.
+
+    Memory a cell keeps shows in every later cell's peak too: the first cell that reached it is the one to read.
+    """
+    top = max(entry[which] for entry in peaks.values())
+    if not top:
+        return None, None
+    first = next(cell for cell, entry in peaks.items() if entry[which] >= 0.99 * top)
+    return first, top
+
+
+def may_drop_page_cache() -> bool:
+    return os.access("/proc/sys/vm/drop_caches", os.W_OK)
+
+
+def drop_page_cache() -> None:
+    """Empty the page cache (root only), so that what a kernel loads is charged to its limit, as on a fresh Binder."""
+    if may_drop_page_cache():
+        os.sync()
+        try:
+            Path("/proc/sys/vm/drop_caches").write_text("1")
+        except OSError:
+            pass
+
+
+def reset_vmhwm(pid: int) -> bool:
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # 5: reset the peak resident set size to the current one
+        return True
+    except OSError:
+        return False
+
+
+def vmhwm(pid: int, field: str = "VmHWM") -> int | None:
+    """The peak resident memory of a process (``field="VmRSS"``: its resident memory now)."""
+    try:
+        match = re.search(rf"^{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(match[1]) * 1024 if match else None
+
+
+def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LIMIT,
+                 kernel_budget: int = KERNEL_BUDGET, timeout: int = CELL_TIMEOUT_S,
+                 drop_cache: bool = True) -> Result:
+    """Run ``path`` top to bottom in a fresh kernel inside the limit; return its peaks and problems.
+
+    ``drop_cache``: empty the page cache first where this process may (the tests do not, to spare the machine).
+    """
+    result = Result(notebook=str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as error:  # a missing file, or not a notebook
+        result.problems.append(f"could not run it: {type(error).__name__}: {error}")
+        return result
+    try:
+        held = make_limit(limit)
+    except OSError as error:
+        result.problems.append(f"could not set the memory limit: {error}")
+        return result
+    result.limit = held.name
+    if drop_cache:
+        drop_page_cache()
+    kernel = LimitedKernelManager(kernel_name="python3")
+    kernel.limit_prefix = held.prefix()
+    current: list[int | None] = [None]
+    peaks = result.cells
+    kept = result.kept
+    stop = threading.Event()
+    over: list[int | None] = []
+
+    def sample() -> None:
+        while not stop.wait(SAMPLE_S):
+            now = held.usage()
+            if now is None:
+                continue
+            cell = current[0]
+            entry = peaks.setdefault(cell, [0, 0])
+            entry[1] = max(entry[1], now)
+            if not held.enforced and now > limit and not over:  # no limit of the system's: stop the tree here
+                over.append(cell)
+                kill(held.pids())
+
+    def before(cell: nbformat.NotebookNode, cell_index: int, **_: object) -> None:
+        if held.kernel_pid is None:  # the first code cell: the kernel runs, its process is known
+            held.started(kernel.provisioner.process.pid)
+            oom_before[0] = held.oom_kills()
+            sampler.start()
+        close_cell()
+        current[0] = cell_index
+        reset_vmhwm(held.kernel_pid)  # type: ignore[arg-type]
+
+    def close_cell() -> None:
+        if held.kernel_pid:
+            entry = peaks.setdefault(current[0], [0, 0])
+            entry[0] = max(entry[0], vmhwm(held.kernel_pid) or 0)
+            kept[current[0]] = vmhwm(held.kernel_pid, "VmRSS") or 0
+            # the tree holds the kernel: a lower charge means the kernel's pages were charged elsewhere
+            entry[1] = max(entry[1], entry[0])
+
+    client = NotebookClient(notebook, km=kernel, timeout=timeout, record_timing=False, allow_errors=False,
+                            resources={"metadata": {"path": str(path.parent)}}, on_cell_execute=before)
+    start = time.perf_counter()
+    oom_before = [0]
+    sampler = threading.Thread(target=sample, daemon=True)
+    kills = 0
+    try:
+        client.execute()
+        close_cell()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as error:
+        close_cell()
+        where = cell_name(notebook, current[0])
+        killed = held.oom_kills() > oom_before[0]
+        if over:
+            result.problems.append(f"{where}: the kernel and its processes went over the limit "
+                                   f"({mib(limit)}) and were stopped")
+        elif killed:
+            result.problems.append(f"{where}: the system killed the kernel or a process it started for memory "
+                                   f"(the limit: {mib(limit)})")
+        elif isinstance(error, DeadKernelError):
+            result.problems.append(f"{where}: the kernel died")
+        elif isinstance(error, CellTimeoutError):
+            result.problems.append(f"{where}: no result in {timeout} s")
+        else:
+            last = [line for line in ANSI_CODE.sub("", str(error)).strip().splitlines() if line.strip()]
+            result.problems.append(f"{where} raised: {last[-1] if last else type(error).__name__}")
+    finally:
+        stop.set()
+        if sampler.is_alive():
+            sampler.join()
+        kills = held.oom_kills() - oom_before[0]
+        if client.kc is not None:
+            client.kc.stop_channels()
+        if kernel.has_kernel:
+            run_sync(kernel.shutdown_kernel)(now=True)
+        held.close()
+    result.seconds = time.perf_counter() - start
+    if kills > 0 and not any("for memory" in p for p in result.problems):
+        result.problems.append(f"the system killed {kills} process(es) for memory (the limit, {mib(limit)})")
+    if peaks:
+        result.kernel_cell, result.kernel_peak = peak_cell(peaks, 0)
+        result.tree_cell, result.tree_peak = peak_cell(peaks, 1)
+    if result.kernel_peak is not None and result.kernel_peak > kernel_budget:
+        result.problems.append(f"{cell_name(notebook, result.kernel_cell)}: the kernel holds "
+                               f"{mib(result.kernel_peak)}, over its budget of {mib(kernel_budget)}")
+    result.kernel_cell_name = cell_name(notebook, result.kernel_cell)  # type: ignore[attr-defined]
+    result.tree_cell_name = cell_name(notebook, result.tree_cell)  # type: ignore[attr-defined]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- report
+
+
+def default_notebooks() -> list[Path]:
+    folder = REPO / "notebooks"
+    return sorted(folder.glob("*.ipynb")) + sorted((folder / "solutions").glob("*.ipynb"))
+
+
+def expand(args: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for arg in args:
+        path = Path(arg).resolve()
+        found += sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
+    return [p for p in found if ".ipynb_checkpoints" not in p.parts]
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| notebook | kernel peak | at | kernel + launched processes | at | seconds | result |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        verdict = "passes" if r.ok else "FAILS: " + "; ".join(r.problems)
+        lines.append(f"| {r.notebook} | {mib(r.kernel_peak)} | {getattr(r, 'kernel_cell_name', '-')} | "
+                     f"{mib(r.tree_peak)} | {getattr(r, 'tree_cell_name', '-')} | {r.seconds:.0f} | {verdict} |")
+    return "\n".join(lines)
+
+
+def record(results: list[Result], how: str) -> None:
+    """Write the peaks to d2l_ext/memory_peaks.json and the README's memory table."""
+    data = json.loads(RECORD.read_text()) if RECORD.exists() else {"notebooks": {}}
+    data.update({"measured": datetime.date.today().isoformat(), "how": how, "limit_bytes": LIMIT,
+                 "kernel_budget_bytes": KERNEL_BUDGET})
+    for r in results:
+        data["notebooks"][Path(r.notebook).name if "solutions" not in r.notebook else
+                          "solutions/" + Path(r.notebook).name] = {
+            "kernel_peak_bytes": r.kernel_peak, "tree_peak_bytes": r.tree_peak, "passes": r.ok}
+    data["notebooks"] = dict(sorted(data["notebooks"].items()))
+    RECORD.write_text(json.dumps(data, indent=1) + "\n")
+    text = README.read_text(encoding="utf-8")
+    if README_START in text:
+        head, rest = text.split(README_START, 1)
+        _, tail = rest.split(README_END, 1)
+        README.write_text(head + README_START + "\n" + readme_table(data) + "\n" + README_END + tail,
+                          encoding="utf-8")
+
+
+def readme_table(data: dict) -> str:
+    """The README's table: each notebook's measured peaks."""
+    lines = ["| Notebook | Kernel | Kernel and the processes it starts |", "|---|---|---|"]
+    for name, entry in data["notebooks"].items():
+        lines.append(f"| {name.removesuffix('.ipynb')} | {mib(entry['kernel_peak_bytes'])} | "
+                     f"{mib(entry['tree_peak_bytes'])} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", help="notebooks or folders (default: notebooks/ and solutions)")
+    parser.add_argument("--limit", type=int, default=LIMIT, help="bytes for the kernel and what it starts")
+    parser.add_argument("--kernel-budget", type=int, default=KERNEL_BUDGET, help="bytes for the kernel alone")
+    parser.add_argument("--no-limit", action="store_true", help="watch the process tree instead of a limit")
+    parser.add_argument("--record", action="store_true",
+                        help="write the peaks to d2l_ext/memory_peaks.json and the README")
+    parser.add_argument("--cells", action="store_true", help="print each cell's peaks too")
+    parser.add_argument("--report", type=Path, default=REPO / "build" / "check-memory.md")
+    args = parser.parse_args(argv)
+    make_limit, how = choose_limit(args.no_limit)
+    print(how, flush=True)
+    print("the page cache is dropped before each notebook, so that what its kernel loads is charged to it"
+          if may_drop_page_cache() else "the page cache cannot be dropped (not root): library pages cached "
+          "before a notebook are not charged to it; its figure is at least its kernel's", flush=True)
+    print(f"limit: {mib(args.limit)} for each kernel and the processes it starts (Binder's {mib(BINDER)} less "
+          f"{SERVER_MARGIN // 10**6} MB for the Jupyter server); each kernel alone: {mib(args.kernel_budget)}",
+          flush=True)
+    paths = expand(args.notebooks) if args.notebooks else default_notebooks()
+
+    def one(path: Path) -> Result:
+        result = run_notebook(path, make_limit, args.limit, args.kernel_budget)
+        state = "passes" if result.ok else "FAILS: " + "; ".join(result.problems)
+        if args.cells:
+            notebook = nbformat.read(path, as_version=4)
+            for cell, (kernel_peak, tree_peak) in result.cells.items():
+                print(f"  {cell_name(notebook, cell):<32} kernel {mib(kernel_peak):>10}, "
+                      f"{mib(result.kept.get(cell)):>10} after it; "
+                      f"with launched processes {mib(tree_peak):>10}")
+        print(f"{result.notebook}: kernel {mib(result.kernel_peak)}, with launched processes "
+              f"{mib(result.tree_peak)}, {result.seconds:.0f} s: {state}", flush=True)
+        return result
+
+    results = [one(path) for path in paths]
+    report = f"# make check-memory\n\n{how}\n\n{table(results)}\n"
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(report, encoding="utf-8")
+    print("\n" + table(results))
+    failed = [r for r in results if not r.ok]
+    if args.record:
+        if failed:
+            print("not recorded: a notebook failed")
+        else:
+            record(results, how)
+            print(f"recorded in {RECORD.relative_to(REPO)} and README.md")
+    print(f"\n{len(results) - len(failed)} of {len(results)} notebooks pass ({args.report})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
