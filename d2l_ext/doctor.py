@@ -25,6 +25,8 @@ from .devices import accelerator_type, num_gpus
 from .guard import _VENDOR, gpus_available
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# each notebook's peak memory, measured by make check-memory (tools/check_memory.py --record)
+MEMORY_PEAKS = Path(__file__).resolve().parent / "memory_peaks.json"
 NEEDS = re.compile(r"needs_gpus\(\s*(\d+)?\s*(?:,\s*kind\s*=\s*[\"'](\w+)[\"'])?\s*\)")
 
 
@@ -82,14 +84,35 @@ def chapter_needs(path: Path) -> list[tuple[str, int, str | None]]:
     return needs
 
 
-def chapter_lines(notebooks: Path = NOTEBOOKS) -> list[str]:
-    """Return the per-chapter report: which guarded sections run here and which skip, and why."""
+def memory_line(name: str, peaks: dict, available: int) -> str | None:
+    """Return a chapter's measured memory, and whether this machine has it available now, or None if unmeasured."""
+    entry = peaks.get("notebooks", {}).get(name)
+    if not entry or not entry.get("tree_peak_bytes"):
+        return None
+    kernel, tree = entry["kernel_peak_bytes"], entry["tree_peak_bytes"]
+    line = f"    memory: kernel {kernel / 1e9:.2f} GB"
+    line += f", {tree / 1e9:.2f} GB with the processes it starts" if tree > kernel * 1.05 else ""
+    line += f" (make check-memory, {peaks.get('measured', '?')})"
+    if tree > available:
+        line += f"; only {available / 1e9:.1f} GB is available now: close other notebooks or programs first"
+    return line
+
+
+def chapter_lines(notebooks: Path = NOTEBOOKS, memory_peaks: Path = MEMORY_PEAKS) -> list[str]:
+    """Return the per-chapter report: which guarded sections run here and which skip, and why, and the
+    memory each chapter was measured to need."""
     # a chapter may go on in a second notebook: 05b_training_fast.ipynb
     chapters = sorted(notebooks.glob("[0-9][0-9]*_*.ipynb")) if notebooks.is_dir() else []
     if not chapters:
         return [f"  (no chapters found in {notebooks})"]
+    try:
+        peaks = json.loads(memory_peaks.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        peaks = {}
+    available = psutil.virtual_memory().available
     lines = []
     for path in chapters:
+        memory = memory_line(path.name, peaks, available)
         by_section: dict[str, list[tuple[int, str | None]]] = {}
         for section, count, kind in chapter_needs(path):
             by_section.setdefault(section, []).append((count, kind))
@@ -103,9 +126,10 @@ def chapter_lines(notebooks: Path = NOTEBOOKS) -> list[str]:
                     for count, kind in missing)
         if not skipping:
             lines.append(f"  {path.stem}: every section runs here")
-            continue
-        lines.append(f"  {path.stem}: runs, except {len(skipping)} section(s) with cells that skip:")
-        lines += [f"    - {section}: needs {what}" for section, what in skipping.items()]
+        else:
+            lines.append(f"  {path.stem}: runs, except {len(skipping)} section(s) with cells that skip:")
+            lines += [f"    - {section}: needs {what}" for section, what in skipping.items()]
+        lines += [memory] if memory else []
     return lines
 
 

@@ -118,6 +118,7 @@ def limits() -> list:
 def test_a_notebook_within_its_limit_passes_and_names_its_peak_cells(tiny, make_limit):
     result = run(tiny["fits"], make_limit)
     assert result.ok, result.problems
+    assert result.kernel_peak is not None and result.tree_peak is not None
     assert result.kernel_cell == 1 and 60 * MB < result.kernel_peak < 400 * MB  # the kernel keeps its 60 MB
     assert result.tree_cell == 2  # the launched process's 150 MB, beside the kernel's
     assert result.tree_peak > result.kernel_peak + 100 * MB

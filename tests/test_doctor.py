@@ -60,3 +60,27 @@ def test_an_apple_gpu_skips_cuda_only_cells(monkeypatch, tmp_path):
     assert "mps:0 (Apple MPS)" in text
     assert "- 9.4 Streams: needs 1 CUDA (NVIDIA, or AMD with ROCm) GPU" in text
     assert "9.5 Any GPU" not in text
+
+
+def test_each_chapter_shows_its_measured_memory(monkeypatch, tmp_path):
+    write_chapter(tmp_path, [("markdown", "## 9.1 Anywhere"), ("code", "x = 1")])
+    peaks = tmp_path / "peaks.json"
+    peaks.write_text(json.dumps({"measured": "2026-11-27", "notebooks": {
+        "09_demo.ipynb": {"kernel_peak_bytes": 900_000_000, "tree_peak_bytes": 1_700_000_000, "passes": True}}}))
+    monkeypatch.setattr(doctor.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 * 10**9))
+    lines = doctor.chapter_lines(tmp_path, peaks)
+    assert lines == ["  09_demo: every section runs here",
+                     "    memory: kernel 0.90 GB, 1.70 GB with the processes it starts (make check-memory, 2026-11-27)"]
+    # a machine with less available than the chapter needs is told so
+    monkeypatch.setattr(doctor.psutil, "virtual_memory", lambda: SimpleNamespace(available=1_500_000_000))
+    assert doctor.chapter_lines(tmp_path, peaks)[1].endswith(
+        "; only 1.5 GB is available now: close other notebooks or programs first")
+    # unmeasured (or no file): no memory line
+    assert doctor.chapter_lines(tmp_path, tmp_path / "absent.json") == ["  09_demo: every section runs here"]
+
+
+def test_the_course_chapters_have_measured_memory():
+    lines = doctor.chapter_lines()
+    chapters = [line for line in lines if line.startswith("  ") and not line.startswith("    ")]
+    memory = [line for line in lines if line.startswith("    memory: kernel ")]
+    assert len(memory) == len(chapters) > 0, "run: make check-memory CHECK_MEMORY_ARGS=--record"

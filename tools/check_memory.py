@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import psutil
@@ -373,6 +374,8 @@ class Result:
     problems: list[str] = field(default_factory=list)
     cells: dict[int | None, list[int]] = field(default_factory=dict)  # cell -> [kernel peak, tree peak]
     kept: dict[int | None, int] = field(default_factory=dict)  # cell -> the kernel's resident memory after it
+    kernel_cell_name: str = "-"
+    tree_cell_name: str = "-"
 
     @property
     def ok(self) -> bool:
@@ -481,7 +484,8 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
 
     def before(cell: nbformat.NotebookNode, cell_index: int, **_: object) -> None:
         if held.kernel_pid is None:  # the first code cell: the kernel runs, its process is known
-            held.started(kernel.provisioner.process.pid)
+            process = getattr(kernel.provisioner, "process", None)  # a local kernel's Popen
+            held.started(process.pid if process is not None else 0)
             oom_before[0] = held.oom_kills()
             sampler.start()
         close_cell()
@@ -541,8 +545,8 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
     if result.kernel_peak is not None and result.kernel_peak > kernel_budget:
         result.problems.append(f"{cell_name(notebook, result.kernel_cell)}: the kernel holds "
                                f"{mib(result.kernel_peak)}, over its budget of {mib(kernel_budget)}")
-    result.kernel_cell_name = cell_name(notebook, result.kernel_cell)  # type: ignore[attr-defined]
-    result.tree_cell_name = cell_name(notebook, result.tree_cell)  # type: ignore[attr-defined]
+    result.kernel_cell_name = cell_name(notebook, result.kernel_cell)
+    result.tree_cell_name = cell_name(notebook, result.tree_cell)
     return result
 
 
@@ -567,14 +571,14 @@ def table(results: list[Result]) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in results:
         verdict = "passes" if r.ok else "FAILS: " + "; ".join(r.problems)
-        lines.append(f"| {r.notebook} | {mib(r.kernel_peak)} | {getattr(r, 'kernel_cell_name', '-')} | "
-                     f"{mib(r.tree_peak)} | {getattr(r, 'tree_cell_name', '-')} | {r.seconds:.0f} | {verdict} |")
+        lines.append(f"| {r.notebook} | {mib(r.kernel_peak)} | {r.kernel_cell_name} | "
+                     f"{mib(r.tree_peak)} | {r.tree_cell_name} | {r.seconds:.0f} | {verdict} |")
     return "\n".join(lines)
 
 
 def record(results: list[Result], how: str) -> None:
     """Write the peaks to d2l_ext/memory_peaks.json and the README's memory table."""
-    data = json.loads(RECORD.read_text()) if RECORD.exists() else {"notebooks": {}}
+    data: dict[str, Any] = json.loads(RECORD.read_text()) if RECORD.exists() else {"notebooks": {}}
     data.update({"measured": datetime.date.today().isoformat(), "how": how, "limit_bytes": LIMIT,
                  "kernel_budget_bytes": KERNEL_BUDGET})
     for r in results:
@@ -601,7 +605,7 @@ def readme_table(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="notebooks or folders (default: notebooks/ and solutions)")
     parser.add_argument("--limit", type=int, default=LIMIT, help="bytes for the kernel and what it starts")
     parser.add_argument("--kernel-budget", type=int, default=KERNEL_BUDGET, help="bytes for the kernel alone")
