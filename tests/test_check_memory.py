@@ -156,3 +156,16 @@ def test_the_recorded_peaks_cover_every_notebook_and_the_readme_shows_them():
         assert entry["kernel_peak_bytes"] <= entry["tree_peak_bytes"] <= data["limit_bytes"], name
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert cm.README_START + "\n" + cm.readme_table(data) + "\n" + cm.README_END in readme
+
+
+def test_a_systemd_scope_is_asked_for_the_limit_and_read_from_its_cgroup(monkeypatch, tmp_path):
+    scope = cm.SystemdScope(1_847_483_648)
+    assert scope.prefix() == ["systemd-run", "--user", "--scope", "--quiet", "-p", "MemoryMax=1847483648",
+                              "-p", "MemorySwapMax=0", "--"]
+    (tmp_path / "memory.current").write_text("9000\n")
+    (tmp_path / "memory.stat").write_text("anon 300\nfile 8000\nfile_mapped 200\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    monkeypatch.setattr(cm, "cgroup_of", lambda pid: tmp_path)
+    scope.started(12345)
+    assert scope.cgroup == tmp_path and scope.kernel_pid == 12345
+    assert scope.usage() == 500 and scope.oom_kills() == 1
