@@ -2,8 +2,9 @@
 
 Prints the PyTorch build, the accelerators found (name, memory, compute capability), the driver and CUDA
 versions where present, the host's memory, and, chapter by chapter, which sections will run here and which
-will skip and why. The chapter part reads the notebooks beside this package: every cell guarded by
-``d2l_ext.needs_gpus(n, kind=...)`` states what it needs, so the report cannot drift from the chapters.
+will skip and why, and the memory it was measured to need (``make check-memory``). The chapter part reads the
+notebooks beside this package: every cell guarded by ``d2l_ext.needs_gpus(n, kind=...)`` states what it needs,
+so the report cannot drift from the chapters.
 """
 
 from __future__ import annotations
@@ -90,11 +91,11 @@ def memory_line(name: str, peaks: dict, available: int) -> str | None:
     if not entry or not entry.get("tree_peak_bytes"):
         return None
     kernel, tree = entry["kernel_peak_bytes"], entry["tree_peak_bytes"]
-    line = f"    memory: kernel {kernel / 1e9:.2f} GB"
-    line += f", {tree / 1e9:.2f} GB with the processes it starts" if tree > kernel * 1.05 else ""
+    line = f"    memory: kernel {kernel / 2**20:,.0f} MiB"
+    line += f", {tree / 2**20:,.0f} MiB with the processes it starts" if tree > kernel * 1.05 else ""
     line += f" (make check-memory, {peaks.get('measured', '?')})"
     if tree > available:
-        line += f"; only {available / 1e9:.1f} GB is available now: close other notebooks or programs first"
+        line += f"; only {available / 2**20:,.0f} MiB is available now: close other notebooks or programs first"
     return line
 
 

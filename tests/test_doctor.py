@@ -70,11 +70,12 @@ def test_each_chapter_shows_its_measured_memory(monkeypatch, tmp_path):
     monkeypatch.setattr(doctor.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 * 10**9))
     lines = doctor.chapter_lines(tmp_path, peaks)
     assert lines == ["  09_demo: every section runs here",
-                     "    memory: kernel 0.90 GB, 1.70 GB with the processes it starts (make check-memory, 2026-11-27)"]
+                     "    memory: kernel 858 MiB, 1,621 MiB with the processes it starts "
+                     "(make check-memory, 2026-11-27)"]
     # a machine with less available than the chapter needs is told so
     monkeypatch.setattr(doctor.psutil, "virtual_memory", lambda: SimpleNamespace(available=1_500_000_000))
     assert doctor.chapter_lines(tmp_path, peaks)[1].endswith(
-        "; only 1.5 GB is available now: close other notebooks or programs first")
+        "; only 1,431 MiB is available now: close other notebooks or programs first")
     # unmeasured (or no file): no memory line
     assert doctor.chapter_lines(tmp_path, tmp_path / "absent.json") == ["  09_demo: every section runs here"]
 
