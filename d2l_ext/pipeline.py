@@ -1,0 +1,159 @@
+"""Pipeline-parallel schedules on a simulated clock, in integer ticks (chapter 9, issue 31).
+
+A model of ``p * v`` stages is split over ``p`` ranks; rank ``r`` holds the stages ``r, r + p, ..., r + (v - 1) p``
+(``v`` chunks per rank: Megatron-LM's interleaving; ``v = 1`` is the plain split). A batch is cut into ``m``
+micro-batches. Each rank runs its operations one at a time, in the order its schedule gives:
+
+- ``F``: the forward pass of one micro-batch through one stage, ``t_f`` ticks; it needs that micro-batch's
+  forward through the stage before;
+- ``B``: its backward pass, ``t_b`` ticks; it needs the stage's own forward and the backward of the stage after.
+
+An operation starts when its rank is free and what it needs has finished: the simulation is exact, with no
+clock but the ticks. It returns every rank's lane, the time of the whole step, the bubble (the fraction of the
+ranks' time spent idle) and the most micro-batches whose activations a rank holds at once (forward done,
+backward not yet). The closed forms the tests check: GPipe and 1F1B take ``(m + p - 1)(t_f + t_b)`` for
+``v = 1``; interleaving takes ``(m v + p - 1)(t_f + t_b)`` with per-chunk times; GPipe holds ``m`` micro-batches
+on every rank, 1F1B at most ``p``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of one rank: ``kind`` F or B, on ``microbatch``, through the rank's chunk ``chunk``."""
+
+    kind: str
+    microbatch: int
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An operation placed on the clock: it runs on ``rank`` from ``start`` to ``end`` (ticks)."""
+
+    rank: int
+    op: Op
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A simulated step: every rank's operations, in the order they ran."""
+
+    p: int
+    m: int
+    v: int
+    lanes: tuple[tuple[Slot, ...], ...]
+
+    @property
+    def makespan(self) -> int:
+        """Ticks from the first forward to the last backward."""
+        return max(slot.end for lane in self.lanes for slot in lane)
+
+    @property
+    def bubble(self) -> float:
+        """The fraction of the ranks' time (``p`` times the makespan) spent idle."""
+        busy = sum(slot.end - slot.start for lane in self.lanes for slot in lane)
+        return 1 - busy / (self.p * self.makespan)
+
+    def in_flight(self, rank: int) -> int:
+        """The most (micro-batch, chunk) pairs whose forward has run on ``rank`` and whose backward has not."""
+        held = peak = 0
+        for slot in self.lanes[rank]:
+            held += 1 if slot.op.kind == "F" else -1
+            peak = max(peak, held)
+        return peak
+
+
+def _check(p: int, m: int, v: int) -> None:
+    if p < 1 or m < 1 or v < 1:
+        raise ValueError(f"stages, micro-batches and chunks must be at least 1 (p={p}, m={m}, v={v})")
+
+
+def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
+    """Return each rank's operations, in order, for the schedule ``name`` (one of SCHEDULES)."""
+    _check(p, m, v)
+    if name == "gpipe":
+        _one_chunk(name, v)
+        return [[Op("F", i) for i in range(m)] + [Op("B", i) for i in range(m)] for _ in range(p)]
+    if name == "1f1b":
+        _one_chunk(name, v)
+        orders = []
+        for rank in range(p):
+            warmup = min(p - rank - 1, m)  # forwards before the first backward: what the later ranks need
+            order = [Op("F", i) for i in range(warmup)]
+            for i in range(m - warmup):
+                order += [Op("F", warmup + i), Op("B", i)]
+            orders.append(order + [Op("B", i) for i in range(m - warmup, m)])
+        return orders
+    if name == "interleaved":
+        if m % p:
+            raise ValueError(f"the interleaved schedule needs micro-batches in multiples of the ranks: "
+                             f"{m} is not a multiple of {p}")
+        return [_interleaved(rank, p, m, v) for rank in range(p)]
+    raise ValueError(f"unknown schedule {name!r}: choose one of {', '.join(SCHEDULES)}")
+
+
+def _one_chunk(name: str, v: int) -> None:
+    if v != 1:
+        raise ValueError(f"{name} runs one chunk per rank (v=1), not {v}: use 'interleaved' for v > 1")
+
+
+def _interleaved(rank: int, p: int, m: int, v: int) -> list[Op]:
+    """Megatron-LM's interleaved 1F1B for one rank: forwards go through the chunks p micro-batches at a time."""
+    total = m * v
+
+    def forward(k: int) -> Op:
+        return Op("F", (k // (p * v)) * p + k % p, (k // p) % v)
+
+    def backward(k: int) -> Op:
+        return Op("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+
+    warmup = total if m == p else min((p - rank - 1) * 2 + (v - 1) * p, total)
+    order = [forward(k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [forward(warmup + k), backward(k)]
+    return order + [backward(k) for k in range(total - warmup, total)]
+
+
+def simulate(orders: list[list[Op]], t_f: int = 1, t_b: int = 2, v: int = 1) -> Timeline:
+    """Run each rank's operations in order on the simulated clock; return the timeline.
+
+    ``t_f`` and ``t_b`` are the ticks of one forward and one backward through one stage (one chunk). Raises
+    ValueError if the orders wait on each other forever (a schedule that deadlocks).
+    """
+    p = len(orders)
+    stages = p * v
+    m = 1 + max(op.microbatch for order in orders for op in order)
+    done: dict[tuple[str, int, int], int] = {}  # (kind, stage, micro-batch) -> end tick
+    free = [0] * p
+    position = [0] * p
+    lanes: list[list[Slot]] = [[] for _ in range(p)]
+    while any(position[r] < len(orders[r]) for r in range(p)):
+        moved = False
+        for rank in range(p):
+            while position[rank] < len(orders[rank]):
+                op = orders[rank][position[rank]]
+                stage = op.chunk * p + rank
+                if op.kind == "F":
+                    needs = [("F", stage - 1, op.microbatch)] if stage > 0 else []
+                else:
+                    needs = [("F", stage, op.microbatch)]
+                    needs += [("B", stage + 1, op.microbatch)] if stage < stages - 1 else []
+                if any(need not in done for need in needs):
+                    break
+                start = max([free[rank]] + [done[need] for need in needs])
+                end = start + (t_f if op.kind == "F" else t_b)
+                done[(op.kind, stage, op.microbatch)] = end
+                lanes[rank].append(Slot(rank, op, start, end))
+                free[rank], position[rank], moved = end, position[rank] + 1, True
+        if not moved:
+            stuck = {rank: orders[rank][position[rank]] for rank in range(p) if position[rank] < len(orders[rank])}
+            raise ValueError(f"the schedule deadlocks: each rank waits on another ({stuck})")
+    return Timeline(p, m, v, tuple(tuple(lane) for lane in lanes))
