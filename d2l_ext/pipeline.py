@@ -6,21 +6,24 @@ micro-batches. Each rank runs its operations one at a time, in the order its sch
 
 - ``F``: the forward pass of one micro-batch through one stage, ``t_f`` ticks; it needs that micro-batch's
   forward through the stage before;
-- ``B``: its backward pass, ``t_b`` ticks; it needs the stage's own forward and the backward of the stage after.
+- ``B``: its backward pass, ``t_b`` ticks; it needs the stage's own forward and the backward of the stage after;
+- ``W`` (zero-bubble schedules only): the weights' gradients, split off the backward, ``t_w`` ticks; it needs the
+  stage's ``B``, and nothing waits for it, so a rank can run it where it would otherwise wait.
 
 An operation starts when its rank is free and what it needs has finished: the simulation is exact, with no
 clock but the ticks. It returns every rank's lane, the time of the whole step, the bubble (the fraction of the
 ranks' time spent idle) and the most micro-batches whose activations a rank holds at once (forward done,
 backward not yet). The closed forms the tests check: GPipe and 1F1B take ``(m + p - 1)(t_f + t_b)`` for
-``v = 1``; interleaving takes ``(m v + p - 1)(t_f + t_b)`` with per-chunk times; GPipe holds ``m`` micro-batches
-on every rank, 1F1B at most ``p``.
+``v = 1``; interleaving takes ``(m v + p - 1)(t_f + t_b)`` with per-chunk times; ZB-H1 takes
+``m (t_f + t_b + t_w) + (p - 1)(t_f + t_b - t_w)`` when ``m >= p`` and ``t_w <= min(t_f, t_b)`` (as the paper
+assumes); GPipe holds ``m`` micro-batches on every rank, 1F1B and ZB-H1 at most ``p``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,12 @@ class Timeline:
         return 1 - busy / (self.p * self.makespan)
 
     def in_flight(self, rank: int) -> int:
-        """The most (micro-batch, chunk) pairs whose forward has run on ``rank`` and whose backward has not."""
+        """The most (micro-batch, chunk) pairs whose forward has run on ``rank`` and whose backward has not: their
+        activations are held. Where the backward is split, a stage's inputs are held until its ``W``."""
+        release = "W" if any(slot.op.kind == "W" for slot in self.lanes[rank]) else "B"
         held = peak = 0
         for slot in self.lanes[rank]:
-            held += 1 if slot.op.kind == "F" else -1
+            held += {"F": 1, release: -1}.get(slot.op.kind, 0)
             peak = max(peak, held)
         return peak
 
@@ -97,6 +102,11 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
             raise ValueError(f"the interleaved schedule needs micro-batches in multiples of the ranks: "
                              f"{m} is not a multiple of {p}")
         return [_interleaved(rank, p, m, v) for rank in range(p)]
+    if name == "zb-h1":
+        _one_chunk(name, v)
+        if m < p:
+            raise ValueError(f"zb-h1 needs at least as many micro-batches as stages: {m} < {p}")
+        return [_zero_bubble_h1(rank, p, m) for rank in range(p)]
     raise ValueError(f"unknown schedule {name!r}: choose one of {', '.join(SCHEDULES)}")
 
 
@@ -122,7 +132,22 @@ def _interleaved(rank: int, p: int, m: int, v: int) -> list[Op]:
     return order + [backward(k) for k in range(total - warmup, total)]
 
 
-def simulate(orders: list[list[Op]], t_f: int = 1, t_b: int = 2, v: int = 1) -> Timeline:
+def _zero_bubble_h1(rank: int, p: int, m: int) -> list[Op]:
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023) for one rank: 1F1B with each backward split into
+    ``B`` (the input's gradient, which the rank before waits for) and ``W`` (the weights' gradients, which nobody
+    waits for). Rank ``r`` keeps ``r`` weight gradients pending and runs them where 1F1B would wait."""
+    warmup = min(p - rank - 1, m)
+    order = [Op("F", i) for i in range(warmup)]
+    pending: list[int] = []
+    for i in range(m):
+        order += ([Op("F", warmup + i)] if warmup + i < m else []) + [Op("B", i)]
+        pending.append(i)
+        if len(pending) > rank or warmup + i >= m:
+            order.append(Op("W", pending.pop(0)))
+    return order + [Op("W", i) for i in pending]
+
+
+def simulate(orders: list[list[Op]], t_f: int = 1, t_b: int = 2, v: int = 1, t_w: int = 0) -> Timeline:
     """Run each rank's operations in order on the simulated clock; return the timeline.
 
     ``t_f`` and ``t_b`` are the ticks of one forward and one backward through one stage (one chunk). Raises
@@ -143,13 +168,15 @@ def simulate(orders: list[list[Op]], t_f: int = 1, t_b: int = 2, v: int = 1) -> 
                 stage = op.chunk * p + rank
                 if op.kind == "F":
                     needs = [("F", stage - 1, op.microbatch)] if stage > 0 else []
+                elif op.kind == "W":
+                    needs = [("B", stage, op.microbatch)]
                 else:
                     needs = [("F", stage, op.microbatch)]
                     needs += [("B", stage + 1, op.microbatch)] if stage < stages - 1 else []
                 if any(need not in done for need in needs):
                     break
                 start = max([free[rank]] + [done[need] for need in needs])
-                end = start + (t_f if op.kind == "F" else t_b)
+                end = start + {"F": t_f, "B": t_b, "W": t_w}[op.kind]
                 done[(op.kind, stage, op.microbatch)] = end
                 lanes[rank].append(Slot(rank, op, start, end))
                 free[rank], position[rank], moved = end, position[rank] + 1, True

@@ -43,6 +43,21 @@ def test_interleaving_divides_the_bubble_by_v(p, v):
             assert idle * v == plain_idle
 
 
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zero_bubble_h1_hides_the_weight_gradients_in_1f1b_bubbles(p):
+    # the paper's assumption: computing the weights' gradients takes no longer than a forward or a backward
+    for m in range(p, 17):
+        for t_f, t_b, t_w in [(1, 1, 1), (2, 2, 1), (1, 2, 1), (3, 2, 2), (2, 3, 2)]:
+            timeline = simulate(schedule("zb-h1", p, m), t_f, t_b, t_w=t_w)
+            assert timeline.makespan == m * (t_f + t_b + t_w) + (p - 1) * (t_f + t_b - t_w), (m, t_f, t_b, t_w)
+            one_f_one_b = simulate(schedule("1f1b", p, m), t_f, t_b + t_w)  # the same work, backward unsplit
+            assert one_f_one_b.makespan - timeline.makespan == 2 * (p - 1) * t_w  # W off both ends
+            # the inputs each W needs are held until it runs: p micro-batches on every rank, 1F1B's first rank's
+            assert [timeline.in_flight(rank) for rank in range(p)] == [p] * p
+            ops = sorted((slot.op for slot in timeline.lanes[p - 1]), key=repr)
+            assert ops == sorted((Op(k, i) for k in "FBW" for i in range(m)), key=repr)
+
+
 def test_each_rank_runs_each_operation_once_in_an_order_that_respects_the_data():
     timeline = simulate(schedule("interleaved", 4, 8, 2), 1, 2, v=2)
     for rank, lane in enumerate(timeline.lanes):
@@ -59,6 +74,8 @@ def test_bad_input_is_named():
         schedule("zb", 2, 4)
     with pytest.raises(ValueError, match="use 'interleaved' for v > 1"):
         schedule("1f1b", 2, 4, v=2)
+    with pytest.raises(ValueError, match="zb-h1 needs at least as many micro-batches as stages: 3 < 4"):
+        schedule("zb-h1", 4, 3)
     with pytest.raises(ValueError, match="at least 1"):
         schedule("gpipe", 0, 4)
     with pytest.raises(ValueError, match="deadlocks"):  # rank 0 waits for a backward that needs its forward
