@@ -22,6 +22,7 @@ assumes); GPipe holds ``m`` micro-batches on every rank, 1F1B and ZB-H1 at most 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
@@ -184,3 +185,35 @@ def simulate(orders: list[list[Op]], t_f: int = 1, t_b: int = 2, v: int = 1, t_w
             stuck = {rank: orders[rank][position[rank]] for rank in range(p) if position[rank] < len(orders[rank])}
             raise ValueError(f"the schedule deadlocks: each rank waits on another ({stuck})")
     return Timeline(p, m, v, tuple(tuple(lane) for lane in lanes))
+
+
+COLOURS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}  # forward, backward (input gradient), weights
+NAMES = {"F": "forward", "B": "backward", "W": "weight gradients"}
+
+
+def plot_schedule(timeline: Timeline, ax: Any = None, title: str | None = None) -> Any:
+    """Draw every rank's lane, rank 0 on top: one bar per operation, labelled with its micro-batch (and chunk,
+    lighter for later chunks); return the matplotlib Axes."""
+    import matplotlib.pyplot as plt  # here, so that the simulation itself does not need matplotlib
+    from matplotlib.patches import Patch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.45 * timeline.p + 0.8))
+    for rank, lane in enumerate(timeline.lanes):
+        row = timeline.p - 1 - rank
+        for slot in lane:
+            alpha = 1.0 - 0.45 * slot.op.chunk / max(timeline.v - 1, 1)
+            ax.barh(row, slot.end - slot.start, left=slot.start, height=0.7, color=COLOURS[slot.op.kind],
+                    alpha=alpha, edgecolor="black", linewidth=0.5)
+            if slot.end - slot.start >= 1:
+                ax.text((slot.start + slot.end) / 2, row, str(slot.op.microbatch), ha="center", va="center",
+                        fontsize=7, color="white")
+    ax.set_yticks(range(timeline.p), [f"rank {rank}" for rank in reversed(range(timeline.p))])
+    ax.set_xlim(0, timeline.makespan)
+    ax.set_xlabel("simulated ticks")
+    ax.set_title(title or f"{timeline.makespan} ticks, bubble {timeline.bubble:.1%}", fontsize=10)
+    kinds = [kind for kind in COLOURS if any(slot.op.kind == kind for lane in timeline.lanes for slot in lane)]
+    ax.legend(handles=[Patch(facecolor=COLOURS[k], edgecolor="black") for k in kinds],
+              labels=[NAMES[k] for k in kinds], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+              frameon=False)
+    return ax

@@ -80,3 +80,17 @@ def test_bad_input_is_named():
         schedule("gpipe", 0, 4)
     with pytest.raises(ValueError, match="deadlocks"):  # rank 0 waits for a backward that needs its forward
         simulate([[Op("B", 0), Op("F", 0)], [Op("F", 0), Op("B", 0)]])
+
+
+def test_the_lanes_are_drawn_one_bar_per_operation(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from d2l_ext.pipeline import plot_schedule
+
+    timeline = simulate(schedule("1f1b", 4, 8), 1, 2)
+    ax = plot_schedule(timeline)
+    assert len(ax.patches) == 4 * 2 * 8  # a bar for each F and B of each rank
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["rank 3", "rank 2", "rank 1", "rank 0"]
+    assert ax.get_title() == "33 ticks, bubble 27.3%"  # (8 + 3) x 3 ticks; 3 / 11 idle
+    ax.figure.savefig(tmp_path / "lanes.png")
