@@ -1,0 +1,194 @@
+"""Tensor parallelism on 2 processes, by hand and with DTensor, checked against one process: run it with torchrun.
+
+    torchrun --nproc-per-node=2 scripts/tensor_parallel.py
+
+A Megatron-LM MLP (Shoeybi et al., 2019) split over the ranks: the first linear layer by columns (each rank holds
+some of its output features), the second by rows (the matching input features). Each rank then computes a partial
+sum of the output, and one all-reduce adds them. Two autograd functions carry the communication, and each is the
+other's conjugate: ``f`` is the identity forward and an all-reduce backward (every rank's input gradient is a
+partial sum), ``g`` an all-reduce forward and the identity backward. The all-reduce is a ring written with
+point-to-point sends, so that the bytes each rank sends are counted, not assumed: 2 (n - 1) / n times the tensor's.
+Then the same MLP with ``parallelize_module`` (ColwiseParallel, RowwiseParallel) on a device mesh, its collectives
+counted by ``CommDebugMode``. Every rank also builds the whole MLP from the same seed and checks its output and
+gradients. Each process picks its device as scripts/ddp_train.py does (its own GPU over NCCL when every process
+has one, else the CPU over gloo); rank 0 prints what every rank found, in rank order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from d2l_ext.launch import from_every_rank, join, leave, say
+
+HIDDEN, FFN, BATCH = 16, 64, 8  # the MLP widens 16 -> 64 -> 16; FFN must be a multiple of the processes
+SENT: list[tuple[str, int]] = []  # (where, bytes this rank sent) for each all-reduce, in order
+
+
+def shard(full: torch.Tensor, dim: int, rank: int, degree: int) -> torch.Tensor:
+    """Return this rank's equal slice of ``full`` along ``dim``; ValueError if ``degree`` does not divide it."""
+    if full.shape[dim] % degree:
+        raise ValueError(f"the tensor-parallel degree {degree} does not divide dimension {dim} of size "
+                         f"{full.shape[dim]}")
+    return full.chunk(degree, dim)[rank].clone()
+
+
+def ring_all_reduce(tensor: torch.Tensor, where: str) -> torch.Tensor:
+    """Sum ``tensor`` over the ranks in place, as a ring: n - 1 steps that leave each rank one summed chunk
+    (reduce-scatter), n - 1 that pass the sums round (all-gather). Records the bytes this rank sent in SENT."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks, sent = list(tensor.view(-1).tensor_split(n)), 0
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            out = (rank - step + (phase == "all-gather")) % n  # the chunk this rank passes on
+            into = (out - 1) % n  # the chunk it receives from the left
+            incoming = torch.empty_like(chunks[into])
+            for request in (dist.isend(chunks[out], right), dist.irecv(incoming, left)):
+                assert request is not None  # None only for a rank outside the group
+                request.wait()
+            sent += chunks[out].numel() * chunks[out].element_size()
+            if phase == "reduce-scatter":
+                chunks[into] += incoming
+            else:
+                chunks[into].copy_(incoming)
+    SENT.append((where, sent))
+    return tensor
+
+
+class CopyToTensorParallel(torch.autograd.Function):
+    """Megatron's f: the input goes to every rank as it is; backward, the ranks' partial gradients are summed."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        return ring_all_reduce(grads[0].contiguous().clone(), "f backward")
+
+
+class ReduceFromTensorParallel(torch.autograd.Function):
+    """Megatron's g: the ranks' partial outputs are summed; backward, the gradient goes to every rank as it is."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return ring_all_reduce(x.contiguous().clone(), "g forward")
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        return grads[0]
+
+
+def full_mlp(device: torch.device) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(HIDDEN, FFN), nn.GELU(), nn.Linear(FFN, HIDDEN)).to(device)
+
+
+def linears(mlp: nn.Sequential) -> tuple[nn.Linear, nn.Linear]:
+    """The MLP's first and last layers."""
+    first, last = mlp[0], mlp[2]
+    assert isinstance(first, nn.Linear) and isinstance(last, nn.Linear)
+    return first, last
+
+
+def grad(tensor: torch.Tensor) -> torch.Tensor:
+    assert tensor.grad is not None, "no gradient: backward did not reach it"
+    return tensor.grad
+
+
+class MegatronMLP(nn.Module):
+    """This rank's part of ``full``: rows of the first weight (its output features), columns of the second."""
+
+    def __init__(self, full: nn.Sequential, rank: int, degree: int):
+        super().__init__()
+        first, last = linears(full)
+        self.w1 = nn.Parameter(shard(first.weight.detach(), 0, rank, degree))
+        self.b1 = nn.Parameter(shard(first.bias.detach(), 0, rank, degree))
+        self.w2 = nn.Parameter(shard(last.weight.detach(), 1, rank, degree))
+        self.b2 = nn.Parameter(last.bias.detach().clone())  # added once, after the sum
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = CopyToTensorParallel.apply(x)
+        partial = nn.functional.gelu(x @ self.w1.T + self.b1) @ self.w2.T
+        return ReduceFromTensorParallel.apply(partial) + self.b2
+
+
+def by_hand(device: torch.device) -> list[str]:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    full = full_mlp(device)
+    tp = MegatronMLP(full, rank, n)
+    torch.manual_seed(1)
+    data = torch.randn(BATCH, HIDDEN, device=device)
+    x, x_full = data.clone().requires_grad_(), data.clone().requires_grad_()
+    full(x_full).square().sum().backward()
+    SENT.clear()
+    y = tp(x)
+    forward = list(SENT)
+    y.square().sum().backward()
+    backward = SENT[len(forward):]
+    same_output = torch.allclose(y, full(x_full), atol=1e-6, rtol=0)
+    first, last = linears(full)
+    expected = {"w1": shard(grad(first.weight), 0, rank, n), "b1": shard(grad(first.bias), 0, rank, n),
+                "w2": shard(grad(last.weight), 1, rank, n), "b2": grad(last.bias)}
+    same_grads = all(torch.allclose(grad(getattr(tp, name)), value, atol=1e-6, rtol=0)
+                     for name, value in expected.items())
+    same_grads &= torch.allclose(grad(x), grad(x_full), atol=1e-6, rtol=0)
+    SENT.clear()
+    tp(data).square().sum().backward()  # an input that needs no gradient: f's backward sends nothing
+    without_input_grad = [where for where, _ in SENT]
+    size = BATCH * HIDDEN * data.element_size()
+    sent = from_every_rank([b for _, b in forward + backward])
+    return [
+        f"by hand: rank 0 holds w1 {tuple(tp.w1.shape)} of {tuple(first.weight.shape)}, "
+        f"w2 {tuple(tp.w2.shape)} of {tuple(last.weight.shape)}",
+        f"all-reduces: forward {[w for w, _ in forward]}, backward {[w for w, _ in backward]}; "
+        f"backward without an input gradient {[w for w in without_input_grad if 'backward' in w]}",
+        f"bytes sent per all-reduce, by rank: {sent}; 2 (n - 1) / n x {size:,} B = {2 * (n - 1) * size // n:,} B",
+        f"same output as one process (within 1e-6): {all(from_every_rank(same_output))}",
+        f"same gradients, input's included (within 1e-6): {all(from_every_rank(bool(same_grads)))}",
+    ]
+
+
+def with_dtensor(device: torch.device) -> list[str]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    reference, model = full_mlp(device), full_mlp(device)
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    torch.manual_seed(1)
+    x = torch.randn(BATCH, HIDDEN, device=device)
+    with CommDebugMode() as comm:
+        y = model(x)
+    counts = {str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()}
+    same = all(from_every_rank(torch.allclose(y, reference(x), atol=1e-6, rtol=0)))
+    weight = linears(model)[0].weight
+    assert isinstance(weight, DTensor)  # parallelize_module made it one
+    return [f"DTensor: rank 0 holds the first weight's {tuple(weight.to_local().shape)} of {tuple(weight.shape)}; "
+            f"collectives forward {counts}",
+            f"same output as one process (within 1e-6): {same}"]
+
+
+def main() -> None:
+    world_size = int(os.environ.get("WORLD_SIZE", "0"))
+    if world_size < 1 or FFN % world_size:
+        sys.exit(f"start it with a number of processes that divides {FFN}: "
+                 "torchrun --nproc-per-node=2 scripts/tensor_parallel.py")
+    warnings.filterwarnings("ignore", module="torch.distributed")  # DTensor's notices, printed by every rank
+    _, device, backend = join()
+    say(f"{world_size} processes, backend {backend}, devices {from_every_rank(str(device))}")
+    say(*by_hand(device))
+    say(*with_dtensor(device))
+    leave()
+
+
+if __name__ == "__main__":
+    main()

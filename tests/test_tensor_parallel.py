@@ -1,0 +1,53 @@
+"""Chapter 9's tensor-parallel script (issue 31, started before the chapter): launched here on 2 processes, and
+with a process count that does not divide the MLP, until the chapter's notebook runs it and stores its output."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from d2l_ext import launch, num_gpus
+
+SCRIPT = Path(__file__).resolve().parent.parent / "notebooks" / "scripts" / "tensor_parallel.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("tensor_parallel_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_shard_is_an_equal_slice_and_an_uneven_split_is_refused():
+    shard = load().shard
+    full = torch.arange(24.0).reshape(6, 4)
+    assert torch.equal(shard(full, 0, 1, 3), full[2:4]) and torch.equal(shard(full, 1, 1, 2), full[:, 2:])
+    with pytest.raises(ValueError, match="degree 4 does not divide dimension 0 of size 6"):
+        shard(full, 0, 0, 4)
+
+
+def test_on_2_processes_it_matches_one_process_and_counts_each_collective_and_byte():
+    output = launch.torchrun(SCRIPT, nproc=2, timeout=180, echo=False)
+    if num_gpus() == 0:
+        assert "2 processes, backend gloo, devices ['cpu', 'cpu']" in output
+    # one all-reduce forward (g), one backward (f), none backward when the input needs no gradient
+    assert "all-reduces: forward ['g forward'], backward ['f backward']; backward without an input gradient []" \
+        in output
+    sent = re.search(r"bytes sent per all-reduce, by rank: (.*); 2 \(n - 1\) / n x 512 B = 512 B", output)
+    assert sent is not None and sent[1] == "[[512, 512], [512, 512]]"  # a batch of 8 x 16 float32, ring of 2
+    assert output.count("same output as one process (within 1e-6): True") == 2  # by hand, and with DTensor
+    assert "same gradients, input's included (within 1e-6): True" in output
+    assert "DTensor: rank 0 holds the first weight's (32, 16) of (64, 16); collectives forward {'all_reduce': 1}" \
+        in output
+
+
+def test_started_with_a_count_that_does_not_divide_the_mlp_it_says_how_to_start_it():
+    with pytest.raises(launch.LaunchError) as failed:
+        launch.torchrun(SCRIPT, nproc=3, timeout=180, echo=False)
+    assert "start it with a number of processes that divides 64: torchrun --nproc-per-node=2 " \
+           "scripts/tensor_parallel.py" in failed.value.stderr
