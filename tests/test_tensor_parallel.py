@@ -1,5 +1,6 @@
-"""Chapter 9's tensor-parallel script (issue 31, started before the chapter): launched here on 2 processes, and
-with a process count that does not divide the MLP, until the chapter's notebook runs it and stores its output."""
+"""Chapter 9's tensor-parallel script (issue 31, started before the chapter): tensor parallelism by hand and with
+DTensor, and sequence parallelism. Launched here on 2 processes, and with a process count that does not divide
+the MLP, until the chapter's notebook runs it and stores its output."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def test_on_2_processes_it_matches_one_process_and_counts_each_collective_and_by
     assert "same gradients, input's included (within 1e-6): True" in output
     assert "DTensor: rank 0 holds the first weight's (32, 16) of (64, 16); collectives forward {'all_reduce': 1}" \
         in output
+    # sequence parallelism: the all-reduce becomes an all-gather before the MLP and a reduce-scatter after it,
+    # and LayerNorm saves half the activations per rank: its input (8 x 8 x 16 float32) and its means and
+    # reciprocal standard deviations (8 x 8 each), all split by tokens
+    assert "sequence parallel: collectives forward, TP {'all_reduce': 1}, TP+SP {'all_gather_into_tensor': 1, " \
+           "'reduce_scatter_tensor': 1}" in output
+    assert "LayerNorm's saved activations per rank: TP 4,608 B, TP+SP 2,304 B (1/2: True)" in output
+    assert "same output as one process, each rank its tokens (within 1e-6): True" in output
 
 
 def test_started_with_a_count_that_does_not_divide_the_mlp_it_says_how_to_start_it():

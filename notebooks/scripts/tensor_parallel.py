@@ -1,4 +1,5 @@
-"""Tensor parallelism on 2 processes, by hand and with DTensor, checked against one process: run it with torchrun.
+"""Tensor and sequence parallelism on 2 processes, by hand and with DTensor, checked against one process: run it
+with torchrun.
 
     torchrun --nproc-per-node=2 scripts/tensor_parallel.py
 
@@ -9,7 +10,9 @@ other's conjugate: ``f`` is the identity forward and an all-reduce backward (eve
 partial sum), ``g`` an all-reduce forward and the identity backward. The all-reduce is a ring written with
 point-to-point sends, so that the bytes each rank sends are counted, not assumed: 2 (n - 1) / n times the tensor's.
 Then the same MLP with ``parallelize_module`` (ColwiseParallel, RowwiseParallel) on a device mesh, its collectives
-counted by ``CommDebugMode``. Every rank also builds the whole MLP from the same seed and checks its output and
+counted by ``CommDebugMode``. Last, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own
+tokens, an all-gather before the MLP and a reduce-scatter after it replace the all-reduce, and the LayerNorm saves
+1/n of the activations on each rank. Every rank also builds the whole MLP from the same seed and checks its output and
 gradients. Each process picks its device as scripts/ddp_train.py does (its own GPU over NCCL when every process
 has one, else the CPU over gloo); rank 0 prints what every rank found, in rank order.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -177,6 +181,84 @@ def with_dtensor(device: torch.device) -> list[str]:
             f"same output as one process (within 1e-6): {same}"]
 
 
+SEQUENCE = 8  # tokens per sequence in the sequence-parallel block, a multiple of the processes
+
+
+class NormMLP(nn.Module):
+    """LayerNorm, then the MLP: the part of a transformer block where sequence parallelism splits the norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.mlp = nn.Sequential(nn.Linear(HIDDEN, FFN), nn.GELU(), nn.Linear(FFN, HIDDEN))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.norm(x))
+
+
+def saved_activation_bytes(forward: Callable[[], object], module: nn.Module) -> int:
+    """Bytes this rank saves for backward while ``forward()`` runs, ``module``'s parameters left out (a
+    distributed tensor counts its local part)."""
+    from torch.distributed.tensor import DTensor
+
+    def local(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+    parameters = {local(p).untyped_storage().data_ptr() for p in module.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        mine = local(tensor)
+        if mine.untyped_storage().data_ptr() not in parameters:
+            saved[mine.untyped_storage().data_ptr()] = mine.numel() * mine.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(saved.values())
+
+
+def with_sequence_parallel(device: torch.device) -> list[str]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh(device.type, (n,))
+    torch.manual_seed(0)
+    reference = NormMLP().to(device)
+    tp_only, sp = NormMLP().to(device), NormMLP().to(device)
+    for model in (tp_only, sp):
+        model.load_state_dict(reference.state_dict())
+    parallelize_module(tp_only, mesh, {"mlp.0": ColwiseParallel(), "mlp.2": RowwiseParallel()})
+    parallelize_module(sp, mesh, {"norm": SequenceParallel(),
+                                  "mlp.0": ColwiseParallel(input_layouts=Shard(1)),
+                                  "mlp.2": RowwiseParallel(output_layouts=Shard(1))})
+    torch.manual_seed(1)
+    x = torch.randn(BATCH, SEQUENCE, HIDDEN, device=device)
+    mine = x.chunk(n, dim=1)[rank]  # this rank's tokens
+    counts, outputs = {}, {}
+    for name, model, given in (("TP", tp_only, x), ("TP+SP", sp, mine)):
+        with CommDebugMode() as comm:
+            outputs[name] = model(given)
+        counts[name] = {str(op).split(".")[-1]: k for op, k in sorted(comm.get_comm_counts().items(), key=str)}
+    norm_bytes = {"TP": saved_activation_bytes(lambda: tp_only.norm(x.clone().requires_grad_()), tp_only.norm),
+                  "TP+SP": saved_activation_bytes(lambda: sp.norm(mine.clone().requires_grad_()), sp.norm)}
+    expected = reference(x)
+    same = torch.allclose(outputs["TP"], expected, atol=1e-6, rtol=0)
+    same &= torch.allclose(outputs["TP+SP"], expected.chunk(n, dim=1)[rank], atol=1e-6, rtol=0)
+    return [f"sequence parallel: collectives forward, TP {counts['TP']}, TP+SP {counts['TP+SP']}",
+            f"LayerNorm's saved activations per rank: TP {norm_bytes['TP']:,} B, TP+SP {norm_bytes['TP+SP']:,} B "
+            f"(1/{n}: {norm_bytes['TP+SP'] * n == norm_bytes['TP']})",
+            f"same output as one process, each rank its tokens (within 1e-6): {all(from_every_rank(bool(same)))}"]
+
+
 def main() -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "0"))
     if world_size < 1 or FFN % world_size:
@@ -187,6 +269,7 @@ def main() -> None:
     say(f"{world_size} processes, backend {backend}, devices {from_every_rank(str(device))}")
     say(*by_hand(device))
     say(*with_dtensor(device))
+    say(*with_sequence_parallel(device))
     leave()
 
 
