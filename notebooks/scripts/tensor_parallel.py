@@ -53,8 +53,9 @@ def ring_all_reduce(tensor: torch.Tensor, where: str) -> torch.Tensor:
             out = (rank - step + (phase == "all-gather")) % n  # the chunk this rank passes on
             into = (out - 1) % n  # the chunk it receives from the left
             incoming = torch.empty_like(chunks[into])
-            for request in (dist.isend(chunks[out], right), dist.irecv(incoming, left)):
-                assert request is not None  # None only for a rank outside the group
+            # sent and received in one batch: with NCCL, a send and a receive issued apart may wait on each other
+            for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, chunks[out], right),
+                                                   dist.P2POp(dist.irecv, incoming, left)]):
                 request.wait()
             sent += chunks[out].numel() * chunks[out].element_size()
             if phase == "reduce-scatter":
