@@ -54,6 +54,16 @@ def test_on_2_processes_it_matches_one_process_and_counts_each_collective_and_by
     assert "same output as one process, each rank its tokens (within 1e-6): True" in output
 
 
+def test_on_4_processes_fsdp2_times_tp_matches_one_process_with_the_formula_s_bytes_per_rank():
+    output = launch.torchrun(SCRIPT, nproc=4, timeout=240, echo=False)
+    # 2,112 elements split by both dimensions, the last bias (16) by "dp" only: (528 + 8) x 4 B
+    assert "FSDP2 x TP on a (2, 2) mesh: parameters per rank [2144, 2144, 2144, 2144] B of 8,512 B; " \
+           "Adam state per rank [4288, 4288, 4288, 4288] B" in output
+    assert "formula: (2,112 split / 4 + 16 replicated / 2) x 4 B = 2,144 B per rank, Adam twice that" in output
+    assert "same gradients as one process on the whole batch (within 1e-6): True" in output
+    assert "LayerNorm's saved activations per rank: TP 4,608 B, TP+SP 1,152 B (1/4: True)" in output
+
+
 def test_started_with_a_count_that_does_not_divide_the_mlp_it_says_how_to_start_it():
     with pytest.raises(launch.LaunchError) as failed:
         launch.torchrun(SCRIPT, nproc=3, timeout=180, echo=False)

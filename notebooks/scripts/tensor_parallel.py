@@ -12,9 +12,10 @@ point-to-point sends, so that the bytes each rank sends are counted, not assumed
 Then the same MLP with ``parallelize_module`` (ColwiseParallel, RowwiseParallel) on a device mesh, its collectives
 counted by ``CommDebugMode``. Last, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own
 tokens, an all-gather before the MLP and a reduce-scatter after it replace the all-reduce, and the LayerNorm saves
-1/n of the activations on each rank. Every rank also builds the whole MLP from the same seed and checks its output and
-gradients. Each process picks its device as scripts/ddp_train.py does (its own GPU over NCCL when every process
-has one, else the CPU over gloo); rank 0 prints what every rank found, in rank order.
+1/n of the activations on each rank. On 4 processes, FSDP2 times tensor parallelism on a (2, 2) mesh too. Every
+rank also builds the whole MLP from the same seed and checks its output and gradients. Each process picks its
+device as scripts/ddp_train.py does (its own GPU over NCCL when every process has one, else the CPU over gloo);
+rank 0 prints what every rank found, in rank order.
 """
 
 from __future__ import annotations
@@ -260,6 +261,46 @@ def with_sequence_parallel(device: torch.device) -> list[str]:
             f"same output as one process, each rank its tokens (within 1e-6): {all(from_every_rank(bool(same)))}"]
 
 
+def two_dimensional(device: torch.device) -> list[str]:
+    """FSDP2 over a data-parallel dimension times tensor parallelism, on a (2, 2) mesh of 4 processes: each rank
+    holds a quarter of each split weight and of its Adam state; the gradients equal one process's on the whole
+    batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))
+    reference, model = full_mlp(device), full_mlp(device)
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    torch.manual_seed(1)
+    data = torch.randn(2 * BATCH, HIDDEN, device=device)
+    reference(data).square().mean().backward()
+    mine = data.chunk(2)[mesh.get_local_rank("dp")]  # this data-parallel rank's half of the batch
+    model(mine).square().mean().backward()  # FSDP2 averages the gradients over "dp"
+    optimizer = torch.optim.Adam(model.parameters())
+    optimizer.step()
+    same = True
+    for (name, ours), theirs in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert isinstance(ours.grad, DTensor) and theirs.grad is not None, name
+        same &= torch.allclose(ours.grad.full_tensor(), theirs.grad, atol=1e-6, rtol=0)
+    local = [p.to_local() for p in model.parameters() if isinstance(p, DTensor)]
+    parameter_bytes = sum(t.numel() * t.element_size() for t in local)
+    state_bytes = sum(v.to_local().numel() * v.element_size() for state in optimizer.state.values()
+                      for v in state.values() if isinstance(v, DTensor))
+    total = sum(p.numel() * p.element_size() for p in reference.parameters())
+    # split by "tp" then by "dp": a quarter each; the last bias, replicated over "tp", is split by "dp" only
+    first, last = linears(reference)
+    split = first.weight.numel() + first.bias.numel() + last.weight.numel()
+    formula = (split // 4 + last.bias.numel() // 2) * 4
+    return [f"FSDP2 x TP on a (2, 2) mesh: parameters per rank {from_every_rank(parameter_bytes)} B of {total:,} B; "
+            f"Adam state per rank {from_every_rank(state_bytes)} B",
+            f"formula: ({split:,} split / 4 + {last.bias.numel()} replicated / 2) x 4 B = {formula:,} B per rank, "
+            f"Adam twice that",
+            f"same gradients as one process on the whole batch (within 1e-6): {all(from_every_rank(bool(same)))}"]
+
+
 def main() -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "0"))
     if world_size < 1 or FFN % world_size:
@@ -271,6 +312,8 @@ def main() -> None:
     say(*by_hand(device))
     say(*with_dtensor(device))
     say(*with_sequence_parallel(device))
+    if world_size == 4:
+        say(*two_dimensional(device))
     leave()
 
 
