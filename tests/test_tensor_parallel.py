@@ -1,10 +1,9 @@
 """Chapter 9's tensor-parallel script (issue 31, started before the chapter): tensor parallelism by hand and with
-DTensor, and sequence parallelism. Launched here on 2 processes, and with a process count that does not divide
-the MLP, until the chapter's notebook runs it and stores its output."""
+DTensor, sequence parallelism, and FSDP2 x TP on 4 processes. Launched here on 2 and 4 processes, and on 3 (which
+does not divide the MLP), until the chapter's notebook runs it and stores its output."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -12,20 +11,13 @@ import pytest
 import torch
 
 from d2l_ext import launch, num_gpus
+from tests.test_sharding import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "notebooks" / "scripts" / "tensor_parallel.py"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("tensor_parallel_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_shard_is_an_equal_slice_and_an_uneven_split_is_refused():
-    shard = load().shard
+    shard = load_script("tensor_parallel").shard
     full = torch.arange(24.0).reshape(6, 4)
     assert torch.equal(shard(full, 0, 1, 3), full[2:4]) and torch.equal(shard(full, 1, 1, 2), full[:, 2:])
     with pytest.raises(ValueError, match="degree 4 does not divide dimension 0 of size 6"):
