@@ -317,3 +317,53 @@ def draw_copy_paths(ax: Any = None) -> Any:
     ax.text(5.6, -0.2, "Apple silicon and integrated GPUs have no such link: one memory serves the CPU and the GPU.",
             ha="center", fontsize=7, style="italic")
     return ax
+
+
+RANK_COLOURS = ("#4C72B0", "#DD8452")  # rank 0, rank 1, in chapter 9's pictures
+
+
+def draw_model_splits(axes: Any = None) -> Any:
+    """Draw chapter 9's three ways of splitting one model over two ranks (colours: rank 0, rank 1): a layer's
+    weights (tensor parallelism), the tokens of a sequence (sequence parallelism), the layers (pipeline)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(10, 2.8))
+    for ax in axes:
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 10)
+        ax.axis("off")
+
+    def block(ax: Any, x: float, y: float, w: float, h: float, rank: int | None, text: str = "") -> None:
+        colour = "lightgray" if rank is None else RANK_COLOURS[rank]
+        ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", linewidth=0.6,
+                               alpha=0.85 if rank is not None else 1))
+        if text:
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7.5,
+                    color="white" if rank is not None else "black")
+
+    tensor, sequence, pipeline = axes
+    # tensor: X (every rank) times A split by columns, then B split by rows; the partial outputs are summed
+    block(tensor, 0.2, 3.5, 1.6, 3, None, "X\n(all)")
+    block(tensor, 2.3, 3.0, 1.2, 4, 0, "A₀")
+    block(tensor, 3.5, 3.0, 1.2, 4, 1, "A₁")
+    block(tensor, 5.3, 5.0, 2.4, 2, 0, "B₀")
+    block(tensor, 5.3, 3.0, 2.4, 2, 1, "B₁")
+    block(tensor, 8.2, 3.5, 1.6, 3, None, "Y₀+Y₁\nall-reduce")
+    tensor.set_title("tensor: A by columns, B by rows", fontsize=9)
+    # sequence: each rank normalizes its own tokens; all-gather before the split layers, reduce-scatter after
+    for token in range(8):
+        block(sequence, 0.3 + token * 1.15, 6.5, 1.0, 1.4, token // 4, f"t{token}")
+    sequence.text(5, 5.4, "LayerNorm, dropout: each rank its tokens", ha="center", fontsize=7.5)
+    sequence.text(5, 4.2, "all-gather ↓   tensor-parallel MLP   ↓ reduce-scatter", ha="center", fontsize=7.5)
+    for token in range(8):
+        block(sequence, 0.3 + token * 1.15, 1.6, 1.0, 1.4, token // 4, f"t{token}")
+    sequence.set_title("sequence: the tokens outside the split layers", fontsize=9)
+    # pipeline: the layers in order, the first half on rank 0; activations go forward, gradients back
+    for layer in range(4):
+        block(pipeline, 1.0, 7.6 - layer * 2.2, 4.0, 1.6, layer // 2, f"layer {layer}")
+    pipeline.annotate("", xy=(6.0, 1.2), xytext=(6.0, 9.0), arrowprops={"arrowstyle": "->", "linewidth": 0.8})
+    pipeline.text(6.3, 5.0, "activations\nforward,\ngradients\nback", va="center", fontsize=7.5)
+    pipeline.set_title("pipeline: the layers, in stages", fontsize=9)
+    return axes

@@ -95,6 +95,67 @@ def processes_to_start(cuda_devices: int | None = None) -> int:
     return cuda_devices or 2
 
 
+# What 4 CPU processes need here beyond the notebook's kernel: each imports torch (about 500 MB); measured by
+# make check-memory, which runs chapter 9 within Binder's 2 GB (the kernel and the processes it starts)
+FOUR_CPU_PROCESSES_BYTES = 5 * 2**29  # 2.5 GiB
+
+
+def model_parallel_processes(cuda_devices: int, available_bytes: int) -> tuple[int, str | None]:
+    """Return how many processes chapter 9's tensor-parallel script starts, and why not 4 when fewer.
+
+    Four processes run the (2, 2) mesh as well as the one-dimensional splits. With 4 CUDA GPUs or more, each
+    process takes its own GPU (NCCL); with 2 or 3, two processes do; with none or one, the processes run on the
+    CPU over gloo (NCCL needs a GPU per process), 4 of them if the memory allows."""
+    if cuda_devices < 0 or available_bytes < 0:
+        raise ValueError(f"a count cannot be negative: {cuda_devices} GPUs, {available_bytes} bytes")
+    if cuda_devices >= 4:
+        return 4, None
+    if cuda_devices >= 2:
+        return 2, f"the (2, 2) mesh needs 4 GPUs, and this machine has {cuda_devices}: 2 processes, one per GPU"
+    if available_bytes >= FOUR_CPU_PROCESSES_BYTES:
+        return 4, None
+    return 2, (f"4 CPU processes need about {FOUR_CPU_PROCESSES_BYTES / 2**30:.1f} GiB and "
+               f"{available_bytes / 2**30:.1f} GiB is available: 2 processes, so no (2, 2) mesh")
+
+
+def _cgroup_room(cgroup_file: Path, sys_fs: Path) -> int | None:
+    """Bytes left under the memory limits of this process's cgroup and its parents (v2 or v1), or None."""
+    rooms = []
+    for line in cgroup_file.read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            base, limit_name, usage_name, cache_name = sys_fs, "memory.max", "memory.current", "inactive_file"
+        elif "memory" in controllers.split(","):  # cgroup v1
+            base = sys_fs / "memory"
+            limit_name, usage_name, cache_name = "memory.limit_in_bytes", "memory.usage_in_bytes", \
+                "total_inactive_file"
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        while folder != base.parent and base in [folder, *folder.parents]:
+            try:
+                limit = (folder / limit_name).read_text().strip()
+                if limit != "max" and int(limit) < 2**60:
+                    usage = int((folder / usage_name).read_text())
+                    stat = dict(row.split() for row in (folder / "memory.stat").read_text().splitlines())
+                    rooms.append(int(limit) - usage + int(stat.get(cache_name, 0)))  # the idle cache can go
+            except (OSError, ValueError):
+                pass
+            folder = folder.parent
+    return min(rooms) if rooms else None
+
+
+def available_memory(cgroup_file: Path = Path("/proc/self/cgroup"), sys_fs: Path = Path("/sys/fs/cgroup")) -> int:
+    """Return the bytes this process can still use: the system's available memory, or less where a cgroup limits
+    this process (a container, Binder's 2 GB, make check-memory)."""
+    available = psutil.virtual_memory().available
+    try:
+        room = _cgroup_room(cgroup_file, sys_fs)
+    except (OSError, ValueError):
+        room = None
+    return max(0, min(available, room)) if room is not None else available
+
+
 def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
     """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
     nccl = dist.is_available() and dist.is_nccl_available()

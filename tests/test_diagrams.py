@@ -91,3 +91,20 @@ def test_the_copy_map_names_every_path():
                  "goes through host memory", "Apple silicon"):
         assert part in texts
     plt.close("all")
+
+
+def test_the_splits_picture_gives_each_rank_its_half():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    tensor, sequence, pipeline = diagrams.draw_model_splits()
+    colours = {c: i for i, c in enumerate(diagrams.RANK_COLOURS)}
+
+    def owners(ax):  # label -> the rank whose colour its box has (None: every rank); a box's label comes after it
+        return {text.get_text(): colours.get(to_hex(box.get_facecolor(), keep_alpha=False).upper())
+                for text, box in zip(ax.texts, ax.patches, strict=False)}
+
+    assert owners(tensor) == {"X\n(all)": None, "A₀": 0, "A₁": 1, "B₀": 0, "B₁": 1, "Y₀+Y₁\nall-reduce": None}
+    assert [owners(pipeline)[f"layer {i}"] for i in range(4)] == [0, 0, 1, 1]
+    assert len(sequence.patches) == 16  # 8 tokens before the MLP, 8 after, half on each rank
+    plt.close("all")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -188,3 +189,60 @@ def test_the_failing_rank_is_named_with_its_own_error_on_every_python(recording)
 
 def test_launched_processes_write_no_colour():
     assert launch.launch_environment({"FORCE_COLOR": "1"})["PYTHON_COLORS"] == "0"  # 3.13: overrides FORCE_COLOR
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("cuda_devices", "available", "processes", "why"), [
+    (0, 16 * GIB, 4, None),  # a laptop: 4 CPU processes over gloo, the (2, 2) mesh included
+    (0, 1 * GIB, 2, "4 CPU processes need about 2.5 GiB and 1.0 GiB is available: 2 processes, so no (2, 2) mesh"),
+    (1, 12 * GIB, 4, None),  # Colab's T4: NCCL needs a GPU per process, so the CPU over gloo
+    (1, 2 * GIB, 2, "4 CPU processes need about 2.5 GiB and 2.0 GiB is available: 2 processes, so no (2, 2) mesh"),
+    (2, 1 * GIB, 2, "the (2, 2) mesh needs 4 GPUs, and this machine has 2: 2 processes, one per GPU"),
+    (3, 64 * GIB, 2, "the (2, 2) mesh needs 4 GPUs, and this machine has 3: 2 processes, one per GPU"),
+    (4, 1 * GIB, 4, None),
+    (8, 64 * GIB, 4, None),
+])
+def test_model_parallel_processes_for_0_1_2_4_gpus(cuda_devices, available, processes, why):
+    assert launch.model_parallel_processes(cuda_devices, available) == (processes, why)
+    # each process then gets its own GPU over NCCL exactly when there are enough GPUs for all of them
+    devices = {launch.device_and_backend(rank, processes, cuda_devices, True) for rank in range(processes)}
+    assert {backend for _, backend in devices} == ({"nccl"} if cuda_devices >= processes else {"gloo"})
+    assert len(devices) == (processes if cuda_devices >= processes else 1)
+
+
+def test_model_parallel_processes_refuses_negative_counts():
+    with pytest.raises(ValueError, match="cannot be negative"):
+        launch.model_parallel_processes(-1, GIB)
+
+
+def fake_cgroup(tmp_path, version: int, limit: str, usage: int, cache: int):
+    """A /proc/self/cgroup and a cgroup file system with one limited cgroup, /job, inside an unlimited root."""
+    sys_fs = tmp_path / "cgroup"
+    if version == 2:
+        names, folder, lines = ("memory.max", "memory.current", "inactive_file"), sys_fs / "job", "0::/job\n"
+    else:
+        names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        folder, lines = sys_fs / "memory" / "job", "4:memory:/job\n3:cpuset:/\n0::/\n"
+    folder.mkdir(parents=True)
+    (folder / names[0]).write_text(limit + "\n")
+    (folder / names[1]).write_text(f"{usage}\n")
+    (folder / "memory.stat").write_text(f"anon 1\n{names[2]} {cache}\n")
+    (tmp_path / "self-cgroup").write_text(lines)
+    return tmp_path / "self-cgroup", sys_fs
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_available_memory_is_what_the_cgroup_leaves(tmp_path, version):
+    # Binder's 2 GB: 1.5 GiB used, of which 0.25 GiB is idle file cache the system can drop
+    files = fake_cgroup(tmp_path, version, str(2 * GIB), 3 * GIB // 2, GIB // 4)
+    assert launch.available_memory(*files) == 3 * GIB // 4
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_available_memory_without_a_limit_is_the_system_s(tmp_path, monkeypatch, version):
+    monkeypatch.setattr(launch.psutil, "virtual_memory", lambda: SimpleNamespace(available=5 * GIB))
+    unlimited = "max" if version == 2 else str(9223372036854771712)  # what each version writes for none
+    assert launch.available_memory(*fake_cgroup(tmp_path, version, unlimited, GIB, 0)) == 5 * GIB
+    assert launch.available_memory(tmp_path / "missing", tmp_path) == 5 * GIB  # no cgroup file: not Linux
