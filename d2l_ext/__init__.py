@@ -4,6 +4,7 @@ from .devices import accelerator_type, cpu, gpu, num_gpus, try_all_gpus, try_gpu
 from .estimate import (
     MemoryEstimate,
     MemoryRow,
+    estimate_parallel_memory,
     estimate_training_memory,
     measure_training_memory,
     zero_bytes_per_gpu,
@@ -43,6 +44,7 @@ __all__ = [
     "device_and_backend",
     "device_covers_host",
     "device_work",
+    "estimate_parallel_memory",
     "estimate_training_memory",
     "gpu",
     "host_rows",

@@ -24,13 +24,14 @@ The estimate also follows a steady-state step (a step after the first, so the op
 
 ``measure_training_memory`` runs one real step and sums the real tensors.
 ``zero_bytes_per_gpu`` gives the per-GPU bytes of data-parallel training when ZeRO shards the model state.
+``estimate_parallel_memory`` gives one rank's rows under FSDP2 times tensor parallelism (chapter 9).
 """
 
 from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,8 @@ class MemoryEstimate:
     @property
     def peak(self) -> MemoryRow:
         """The phase that holds the most bytes (the earlier one on a tie)."""
+        if not self.phases:
+            raise ValueError("this estimate has rows only, no phases: it has no peak")
         return max(self.phases, key=lambda phase: phase.bytes)
 
     @property
@@ -94,9 +97,10 @@ class MemoryEstimate:
     def table(self, unit: float = 1e6, unit_name: str = "MB", phases: bool = False) -> str:
         """Return the rows, their sum and the peak (with its phase) as aligned text, in ``unit_name`` (``unit``
         bytes each); ``phases=True`` adds each phase's highest total."""
-        peak = MemoryRow("peak", self.peak_bytes, f"{self.peak_phase}: {self.peak.formula}")
         rows = [*self.rows, MemoryRow("sum of rows", self.sum_bytes, self.sum_formula),
-                *(self.phases if phases else ()), peak]
+                *(self.phases if phases else ())]
+        if self.phases:
+            rows.append(MemoryRow("peak", self.peak_bytes, f"{self.peak_phase}: {self.peak.formula}"))
         width = max(len(row.name) for row in rows)
         return "\n".join(f"{row.name:<{width}} {row.bytes / unit:>10.2f} {unit_name}   {row.formula}"
                          for row in rows)
@@ -350,6 +354,81 @@ def estimate_training_memory(model: nn.Module, example_batch: Any, optimizer: st
                       + temporaries, f"parameters + gradients + optimizer state + batch + {temporaries_formula}"),
         ),
     )
+
+
+def estimate_parallel_memory(model: nn.Module, example_batch: Any, tp_plan: Mapping[str, str], dp: int, tp: int,
+                             optimizer: str = "adam") -> MemoryEstimate:
+    """Estimate the bytes one rank holds in a training step of ``model`` on ``example_batch`` (the whole batch, all
+    ranks') under FSDP2 over ``dp`` ranks times tensor parallelism over ``tp`` ranks: the rows parameters,
+    gradients, optimizer state and activations of chapter 8's estimate, per rank (no phases, so no peak).
+
+    ``tp_plan`` maps ``nn.Linear`` modules' names to "colwise" (weight and bias split by output features, as
+    ColwiseParallel does) or "rowwise" (weight split by input features, bias whole: RowwiseParallel). The rule:
+    chapter 8's estimator runs on one rank's shapes, each planned layer replaced by its slice and the batch by
+    its 1/dp. So what the forward pass saves inside the tensor-parallel region (from a colwise layer's output to
+    a rowwise layer's input) comes out divided by tp, and what it saves outside (the colwise layer's input,
+    norms, residuals) whole: every tp rank holds those. Then FSDP2 splits every parameter by dp along its first
+    dimension, and its gradient and optimizer state with it; a shard is rounded up (FSDP2 pads every rank's
+    shard to the largest), Adam's step counters are counted whole on each rank. The batch is split along its
+    first dimension.
+
+    Approximate: the forward pass must run on the local shapes, as it must under parallelize_module (take the
+    number of heads from the width, not from a constant), else ValueError; the buffers of the collectives and
+    the parameters FSDP2 gathers for the layers it computes are in no row (they count at the peak, not estimated
+    here). Nothing real is allocated."""
+    if dp < 1 or tp < 1:
+        raise ValueError(f"dp and tp must be at least 1, not dp={dp}, tp={tp}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    memo: dict[int, Any] = {id(t): nn.Parameter(t.detach().to("meta"), requires_grad=t.requires_grad)
+                            for t in model.parameters()}
+    memo.update({id(b): b.to("meta") for b in model.buffers()})
+    local = copy.deepcopy(model, memo)  # on the meta device: nothing copied
+    for name, style in tp_plan.items():
+        try:
+            layer = local.get_submodule(name) if name else None
+        except AttributeError:
+            layer = None
+        if layer is None:
+            raise ValueError(f"tp_plan names {name!r}, which is no module of the model")
+        if style not in ("colwise", "rowwise"):
+            raise ValueError(f"tp_plan[{name!r}] is {style!r}, not 'colwise' or 'rowwise'")
+        if not isinstance(layer, nn.Linear):
+            raise ValueError(f"tp_plan[{name!r}]: {type(layer).__name__} is not an nn.Linear")
+        split, features = ("output", layer.out_features) if style == "colwise" else ("input", layer.in_features)
+        if features % tp:
+            raise ValueError(f"tp={tp} does not divide the {features} {split} features of {name!r}")
+        shape = ((layer.in_features, features // tp) if style == "colwise" else (features // tp, layer.out_features))
+        piece = nn.Linear(*shape, bias=layer.bias is not None, device="meta", dtype=layer.weight.dtype)
+        local.set_submodule(name, piece.requires_grad_(layer.weight.requires_grad))
+
+    def one_rank(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() == 0 or tensor.shape[0] % dp:
+            raise ValueError(f"dp={dp} does not divide the batch of {tensor.shape[0] if tensor.dim() else 0}")
+        return torch.empty((tensor.shape[0] // dp, *tensor.shape[1:]), dtype=tensor.dtype, device="meta")
+
+    try:
+        rank = estimate_training_memory(local, _map_tensors(example_batch, one_rank), optimizer)
+    except ValueError as err:
+        raise ValueError(f"on one rank's shapes (tp={tp}, dp={dp}): {err}") from err
+
+    def shard(p: nn.Parameter) -> int:  # FSDP2's shard of dim 0, rounded up
+        rows = p.shape[0] if p.dim() else 1
+        return -(-rows // dp) * (p.numel() // max(rows, 1)) * p.element_size()
+
+    parameters = _unique_parameters(local)
+    trained = [p for p in parameters if p.requires_grad]
+    grad_bytes = sum(shard(p) for p in trained)
+    steps = STEP_BYTES * len(trained) if optimizer.startswith("adam") else 0
+    return MemoryEstimate(rows=(
+        MemoryRow("parameters", sum(shard(p) for p in parameters),
+                  f"one rank's slice (tp={tp}), / dp={dp} along dim 0: split / (tp x dp), whole / dp"),
+        MemoryRow("gradients", grad_bytes, "as the parameters (trained ones)"),
+        MemoryRow("optimizer state", STATE_BUFFERS[optimizer] * grad_bytes + steps,
+                  f"{optimizer}: {STATE_BUFFERS[optimizer]} x the gradients + {steps} B of step counters"),
+        MemoryRow("activations", rank["activations"],
+                  f"chapter 8's count on one rank's shapes: batch / {dp}, the TP region / {tp}"),
+    ), phases=())
 
 
 def make_optimizer(parameters: list[nn.Parameter], optimizer: str) -> torch.optim.Optimizer:

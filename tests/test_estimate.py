@@ -1,5 +1,6 @@
 """d2l_ext.estimate: the estimate against one real step's tensors and against the peak of a real step (measured by
-PyTorch's MemTracker), on four kinds of model, and its bad input."""
+PyTorch's MemTracker), on four kinds of model, and its bad input; the per-rank estimate under FSDP2 x TP (measured
+against a real 4-process run in tests/test_tensor_parallel.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import torch
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from d2l_ext import estimate_training_memory, measure_training_memory, zero_bytes_per_gpu
+from d2l_ext import (
+    estimate_parallel_memory,
+    estimate_training_memory,
+    measure_training_memory,
+    zero_bytes_per_gpu,
+)
 
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
 
@@ -265,3 +271,86 @@ def test_a_device_whose_fake_backward_fails_falls_back_to_the_cpus_simulation(mo
     assert fallen_back == on_the_cpu
     with pytest.raises(ValueError, match="rejects this batch"):
         estimate_training_memory(model, torch.randn(64, 3), device="cuda")
+
+
+def megatron_mlp() -> nn.Sequential:
+    """Chapter 9's MLP: 16 -> 64 -> 16, 2,128 parameters (1,024 + 64 + 1,024 + 16)."""
+    return nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+
+
+MLP_PLAN = {"0": "colwise", "2": "rowwise"}
+
+
+@pytest.mark.parametrize(("dp", "tp", "rows"), [
+    # bytes: parameters, gradients, Adam state, activations. Split: the first weight and bias and the second
+    # weight, 2,112 numbers; whole on each tp rank: the last bias, 16. Adam: 2 x the gradients + 4 B x 4 step
+    # counters. Activations, for a batch of B / dp rows: the input (16 whole), GELU's input and output (64 / tp
+    # each), x 4 B
+    (1, 1, [8512, 8512, 17040, 16 * (16 + 2 * 64) * 4]),  # (2,112 + 16) x 4 B; 16 rows
+    (2, 2, [2144, 2144, 4304, 8 * (16 + 2 * 32) * 4]),  # (2,112 / 4 + 16 / 2) x 4 B; 8 rows
+    (1, 4, [2176, 2176, 4368, 16 * (16 + 2 * 16) * 4]),  # (2,112 / 4 + 16) x 4 B; 16 rows
+    (4, 1, [2128, 2128, 4272, 4 * (16 + 2 * 64) * 4]),  # 8,512 / 4 B; 4 rows
+    # dp = 3 divides no first dimension: FSDP2 pads each shard to the largest, ceil(rows / 3) rows, 22 of the
+    # first layer's 64, 6 of the second's 16: (22 x 16 + 22 + 6 x 64 + 6) x 4 B; a batch of 24, 8 rows
+    (3, 1, [3056, 3056, 6128, 8 * (16 + 2 * 64) * 4]),
+])
+def test_the_parallel_estimate_splits_by_tp_then_by_dp(dp, tp, rows):
+    estimate = estimate_parallel_memory(megatron_mlp(), torch.randn(24 if dp == 3 else 16, 16), MLP_PLAN, dp=dp, tp=tp)
+    assert [row.bytes for row in estimate.rows] == rows
+    assert estimate.phases == () and "peak" not in estimate.table()
+    with pytest.raises(ValueError, match="no peak"):
+        _ = estimate.peak_bytes
+
+
+def test_the_parallel_estimate_on_one_rank_is_chapter_8s():
+    model, batch = megatron_mlp(), torch.randn(16, 16)
+    one = [row.bytes for row in estimate_training_memory(model, batch).rows]
+    assert [row.bytes for row in estimate_parallel_memory(model, batch, MLP_PLAN, dp=1, tp=1).rows] == one
+    assert [row.bytes for row in estimate_parallel_memory(model, batch, {}, dp=1, tp=1).rows] == one
+
+
+def test_the_parallel_estimate_leaves_the_model_as_it_was_and_accepts_the_meta_device():
+    model = megatron_mlp()
+    before = [p.detach().clone() for p in model.parameters()]
+    estimate_parallel_memory(model, torch.randn(16, 16), MLP_PLAN, dp=2, tp=2)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert isinstance(model[0], nn.Linear) and model[0].out_features == 64
+    wide = nn.Sequential(nn.Linear(8192, 32768, device="meta"), nn.GELU(), nn.Linear(32768, 8192, device="meta"))
+    estimate = estimate_parallel_memory(wide, torch.empty(64, 8192, device="meta"), MLP_PLAN, dp=8, tp=8)
+    assert estimate["parameters"] == (2 * 8192 * 32768 + 32768) * 4 // 64 + 8192 * 4 // 8
+
+
+def test_the_parallel_estimate_names_bad_input():
+    model, batch = megatron_mlp(), torch.randn(16, 16)
+    with pytest.raises(ValueError, match="tp=3 does not divide the 64 output features of '0'"):
+        estimate_parallel_memory(model, batch, MLP_PLAN, dp=1, tp=3)
+    with pytest.raises(ValueError, match="tp=32 does not divide the 16 input features of '0'"):
+        estimate_parallel_memory(model, batch, {"0": "rowwise"}, dp=1, tp=32)
+    with pytest.raises(ValueError, match="tp_plan names '3', which is no module"):
+        estimate_parallel_memory(model, batch, {"3": "colwise"}, dp=1, tp=2)
+    with pytest.raises(ValueError, match="tp_plan names 'mlp.0', which is no module"):
+        estimate_parallel_memory(model, batch, {"mlp.0": "colwise"}, dp=1, tp=2)
+    with pytest.raises(ValueError, match=r"tp_plan\['0'\] is 'columns', not 'colwise' or 'rowwise'"):
+        estimate_parallel_memory(model, batch, {"0": "columns"}, dp=1, tp=2)
+    with pytest.raises(ValueError, match="GELU is not an nn.Linear"):
+        estimate_parallel_memory(model, batch, {"1": "colwise"}, dp=1, tp=2)
+    with pytest.raises(ValueError, match="dp=3 does not divide the batch of 16"):
+        estimate_parallel_memory(model, batch, MLP_PLAN, dp=3, tp=2)
+    for dp, tp in ((0, 2), (2, 0), (-1, 1)):
+        with pytest.raises(ValueError, match="must be at least 1"):
+            estimate_parallel_memory(model, batch, MLP_PLAN, dp=dp, tp=tp)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        estimate_parallel_memory(model, batch, MLP_PLAN, dp=1, tp=2, optimizer="lion")
+
+
+def test_a_forward_that_fixes_the_number_of_heads_is_refused_on_one_ranks_shapes():
+    class FixedHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.q(x).view(x.shape[0], 4, 4)  # 4 heads, whatever the width: wrong on a rank
+
+    with pytest.raises(ValueError, match=r"on one rank's shapes \(tp=2, dp=1\): the model rejects this batch"):
+        estimate_parallel_memory(FixedHeads(), torch.randn(8, 16), {"q": "colwise"}, dp=1, tp=2)

@@ -10,20 +10,25 @@ other's conjugate: ``f`` is the identity forward and an all-reduce backward (eve
 partial sum), ``g`` an all-reduce forward and the identity backward. The all-reduce is a ring written with
 point-to-point sends, so that the bytes each rank sends are counted, not assumed: 2 (n - 1) / n times the tensor's.
 Then the same MLP with ``parallelize_module`` (ColwiseParallel, RowwiseParallel) on a device mesh, its collectives
-counted by ``CommDebugMode``. Last, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own
+counted by ``CommDebugMode``. Next, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own
 tokens, an all-gather before the MLP and a reduce-scatter after it replace the all-reduce, and the LayerNorm saves
-1/n of the activations on each rank. On 4 processes, FSDP2 times tensor parallelism on a (2, 2) mesh too. Every
-rank also builds the whole MLP from the same seed and checks its output and gradients. Each process picks its
-device as scripts/ddp_train.py does (its own GPU over NCCL when every process has one, else the CPU over gloo);
-rank 0 prints what every rank found, in rank order.
+1/n of the activations on each rank. Then a transformer block with its attention split by heads (q, k and v by
+columns, so each rank computes whole heads; the output projection by rows), and the collectives of a step, forward
+and backward, counted. On 4 processes, FSDP2 times tensor parallelism on a (2, 2) mesh too, each rank's
+parameters, gradients, Adam state and saved activations measured. Every rank also builds the whole model from the
+same seed and checks its output and gradients. Each process picks its device as scripts/ddp_train.py does (its
+own GPU over NCCL when every process has one, else the CPU over gloo); rank 0 prints what every rank found, in
+rank order.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -31,7 +36,14 @@ from torch import nn
 
 from d2l_ext.launch import from_every_rank, join, leave, say
 
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
+
 HIDDEN, FFN, BATCH = 16, 64, 8  # the MLP widens 16 -> 64 -> 16; FFN must be a multiple of the processes
+HEADS, HEAD_DIM = 4, 4  # the transformer block's attention: HIDDEN = HEADS x HEAD_DIM, whole heads on each rank
+# parallelize_module's plans, by module name; the same names tell d2l_ext.estimate_parallel_memory what is split
+MLP_PLAN = {"0": "colwise", "2": "rowwise"}
+BLOCK_PLAN = {"q": "colwise", "k": "colwise", "v": "colwise", "out": "rowwise", "mlp.0": "colwise", "mlp.2": "rowwise"}
 SENT: list[tuple[str, int]] = []  # (where, bytes this rank sent) for each all-reduce, in order
 
 
@@ -41,6 +53,23 @@ def shard(full: torch.Tensor, dim: int, rank: int, degree: int) -> torch.Tensor:
         raise ValueError(f"the tensor-parallel degree {degree} does not divide dimension {dim} of size "
                          f"{full.shape[dim]}")
     return full.chunk(degree, dim)[rank].clone()
+
+
+def check_degree(degree: int, heads: int = HEADS, ffn: int = FFN, hidden: int = HIDDEN) -> None:
+    """Raise ValueError naming what the tensor-parallel ``degree`` does not divide: the attention heads (a rank
+    computes whole heads), the MLP's FFN width, or the hidden width (q's, k's and v's output features)."""
+    if degree < 1:
+        raise ValueError(f"the tensor-parallel degree must be at least 1, not {degree}")
+    for size, what in ((heads, "heads"), (ffn, "FFN features"), (hidden, "hidden features")):
+        if size % degree:
+            raise ValueError(f"the tensor-parallel degree {degree} does not divide the {size} {what}")
+
+
+def styles(plan: dict[str, str]) -> dict[str, ParallelStyle]:
+    """``plan`` ("colwise" or "rowwise" by module name) as parallelize_module takes it."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {name: ColwiseParallel() if style == "colwise" else RowwiseParallel() for name, style in plan.items()}
 
 
 def ring_all_reduce(tensor: torch.Tensor, where: str) -> torch.Tensor:
@@ -200,17 +229,18 @@ class NormMLP(nn.Module):
 
 def saved_activation_bytes(forward: Callable[[], object], module: nn.Module) -> int:
     """Bytes this rank saves for backward while ``forward()`` runs, ``module``'s parameters left out (a
-    distributed tensor counts its local part)."""
+    distributed tensor counts its local part). The parameters are looked up as each tensor is saved: FSDP2
+    registers the gathered (unsharded) ones in the module while it computes."""
     from torch.distributed.tensor import DTensor
 
     def local(tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
-    parameters = {local(p).untyped_storage().data_ptr() for p in module.parameters()}
     saved: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         mine = local(tensor)
+        parameters = {local(p).untyped_storage().data_ptr() for p in module.parameters()}
         if mine.untyped_storage().data_ptr() not in parameters:
             saved[mine.untyped_storage().data_ptr()] = mine.numel() * mine.element_size()
         return tensor
@@ -261,6 +291,106 @@ def with_sequence_parallel(device: torch.device) -> list[str]:
             f"same output as one process, each rank its tokens (within 1e-6): {all(from_every_rank(bool(same)))}"]
 
 
+class Block(nn.Module):
+    """A pre-norm transformer block: LayerNorm, causal self-attention, added to the input; LayerNorm, the MLP, added
+    to that. The number of heads comes from the width of q's output (``.view(b, s, -1, HEAD_DIM)``), so the same
+    code runs on a rank that holds some of q's, k's and v's output features: it computes those heads, whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
+        self.q, self.k, self.v = nn.Linear(HIDDEN, HIDDEN), nn.Linear(HIDDEN, HIDDEN), nn.Linear(HIDDEN, HIDDEN)
+        self.out = nn.Linear(HIDDEN, HIDDEN)
+        self.mlp = nn.Sequential(nn.Linear(HIDDEN, FFN), nn.GELU(), nn.Linear(FFN, HIDDEN))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (layer(h).view(b, s, -1, HEAD_DIM).transpose(1, 2) for layer in (self.q, self.k, self.v))
+        heads = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, heads here, s, HEAD_DIM)
+        x = x + self.out(heads.transpose(1, 2).reshape(b, s, -1))  # the heads' features side by side again
+        return x + self.mlp(self.norm2(x))
+
+
+def full_block(device: torch.device) -> Block:
+    torch.manual_seed(0)
+    return Block().to(device)
+
+
+def transformer_block(device: torch.device) -> list[str]:
+    """The block with attention split by heads: q, k and v by columns (each rank HEADS / n whole heads), the output
+    projection by rows, the MLP as before; its output and every gradient equal one process's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    n = dist.get_world_size()
+    reference, model = full_block(device), full_block(device)
+    parallelize_module(model, init_device_mesh(device.type, (n,)), styles(BLOCK_PLAN))
+    torch.manual_seed(1)
+    data = torch.randn(BATCH, SEQUENCE, HIDDEN, device=device)
+    x, x_full = data.clone().requires_grad_(), data.clone().requires_grad_()
+    outputs: list[torch.Tensor] = []
+    saved = saved_activation_bytes(lambda: outputs.append(model(x)), model)
+    whole = saved_activation_bytes(lambda: outputs.append(reference(x_full)), reference)
+    expected = outputs[1]
+    same = torch.allclose(outputs[0], expected, atol=1e-6, rtol=0)
+    outputs[0].square().mean().backward()  # the mean, not the sum: gradients near 0.05, their float32 rounding
+    expected.square().mean().backward()  # near 1e-8 (the sum's, 1,024 times larger, passes 1e-6)
+    pairs = [(grad(ours), grad(theirs))
+             for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True)]
+    for ours, theirs in pairs:  # a split parameter's gradient is split like it: gathered whole to compare
+        same &= torch.allclose(ours.full_tensor() if isinstance(ours, DTensor) else ours, theirs, atol=1e-6, rtol=0)
+    same &= torch.allclose(grad(x), grad(x_full), atol=1e-6, rtol=0)
+    q = model.q.weight
+    assert isinstance(q, DTensor)  # parallelize_module made it one
+    return [f"transformer block: rank 0 computes {HEADS // n} of {HEADS} heads, q's weight {tuple(q.to_local().shape)} "
+            f"of {tuple(q.shape)}",
+            f"same output, input's gradient and {len(pairs)} parameters' gradients as one process (within 1e-6): "
+            f"{all(from_every_rank(bool(same)))}",
+            f"block's saved activations per rank {from_every_rank(saved)} B; on one process {whole:,} B"]
+
+
+def collectives_per_step(device: torch.device) -> list[str]:
+    """The collectives of a forward pass and of a backward pass, counted by CommDebugMode (it counts the backward
+    pass's too, run inside it), for the MLP and the block, with an input that needs a gradient and one that
+    does not.
+
+    The counts are Megatron's f and g, which parallelize_module places for us. Forward: a RowwiseParallel layer
+    leaves each rank a partial sum, and one all-reduce adds them (g): 1 in the MLP, 2 in the block (the output
+    projection, the MLP's last layer); a ColwiseParallel layer needs none, its input being whole on every rank.
+    Backward: g's backward sends nothing (every rank has the whole output gradient), but each ColwiseParallel
+    layer's input gradient is a partial sum, from this rank's output features only, and is all-reduced (f's
+    backward): 1 in the MLP, 4 in the block, since q, k and v are three layers, each with its own f (Megatron
+    fuses them into one layer, one all-reduce), and the MLP's first layer. When the input needs no gradient
+    the MLP's backward all-reduce disappears: nothing before the MLP wants it. The block's four stay: the
+    LayerNorms before q, k, v and the MLP have weights, which need the gradient of their output."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    mlp, block = full_mlp(device), full_block(device)
+    parallelize_module(mlp, mesh, styles(MLP_PLAN))
+    parallelize_module(block, mesh, styles(BLOCK_PLAN))
+    torch.manual_seed(1)
+    lines = ["collectives per step (CommDebugMode): forward / backward / backward, the input needing no gradient"]
+    for name, model, shape in (("MLP", mlp, (BATCH, HIDDEN)), ("block", block, (BATCH, SEQUENCE, HIDDEN))):
+        data, counts = torch.randn(shape, device=device), []
+        for needs_grad in (True, False):
+            x = data.clone().requires_grad_(needs_grad)
+            with CommDebugMode() as forward:
+                y = model(x)
+            with CommDebugMode() as backward:
+                y.square().sum().backward()
+            if needs_grad:
+                counts.append(forward.get_comm_counts())
+            counts.append(backward.get_comm_counts())
+        shown = [{str(op).split(".")[-1]: k for op, k in sorted(c.items(), key=str)} for c in counts]
+        lines.append(f"  {name + ':':<6} {shown[0]} / {shown[1]} / {shown[2]}")
+    return lines
+
+
 def two_dimensional(device: torch.device) -> list[str]:
     """FSDP2 over a data-parallel dimension times tensor parallelism, on a (2, 2) mesh of 4 processes: each rank
     holds a quarter of each split weight and of its Adam state; the gradients equal one process's on the whole
@@ -278,7 +408,13 @@ def two_dimensional(device: torch.device) -> list[str]:
     data = torch.randn(2 * BATCH, HIDDEN, device=device)
     reference(data).square().mean().backward()
     mine = data.chunk(2)[mesh.get_local_rank("dp")]  # this data-parallel rank's half of the batch
-    model(mine).square().mean().backward()  # FSDP2 averages the gradients over "dp"
+    outputs: list[torch.Tensor] = []
+    activation_bytes = saved_activation_bytes(lambda: outputs.append(model(mine)), model)
+    outputs[0].square().mean().backward()  # FSDP2 averages the gradients over "dp"
+    gradient_bytes = 0
+    for p in model.parameters():
+        assert isinstance(p.grad, DTensor)  # sharded like its parameter
+        gradient_bytes += p.grad.to_local().numel() * p.grad.element_size()
     optimizer = torch.optim.Adam(model.parameters())
     optimizer.step()
     same = True
@@ -294,17 +430,29 @@ def two_dimensional(device: torch.device) -> list[str]:
     first, last = linears(reference)
     split = first.weight.numel() + first.bias.numel() + last.weight.numel()
     formula = (split // 4 + last.bias.numel() // 2) * 4
+    # the forward pass saves, on each rank: the first layer's input for its weight's gradient, whole (this rank's
+    # half of the batch; a column-split layer's input is the same on every "tp" rank), GELU's input, and GELU's
+    # output (the second layer's input, for its weight's gradient), split by "tp". The loss's own (its square's
+    # input) is left out, as chapter 8's estimate leaves it out
+    rows, size = mine.shape[0], mine.element_size()
+    activations = (rows * HIDDEN + 2 * rows * FFN // 2) * size
     return [f"FSDP2 x TP on a (2, 2) mesh: parameters per rank {from_every_rank(parameter_bytes)} B of {total:,} B; "
             f"Adam state per rank {from_every_rank(state_bytes)} B",
             f"formula: ({split:,} split / 4 + {last.bias.numel()} replicated / 2) x 4 B = {formula:,} B per rank, "
             f"Adam twice that",
-            f"same gradients as one process on the whole batch (within 1e-6): {all(from_every_rank(bool(same)))}"]
+            f"same gradients as one process on the whole batch (within 1e-6): {all(from_every_rank(bool(same)))}",
+            f"gradients per rank {from_every_rank(gradient_bytes)} B; saved activations per rank "
+            f"{from_every_rank(activation_bytes)} B",
+            f"activations: the input {rows} x {HIDDEN} whole, GELU's input and output {rows} x {FFN // 2} each "
+            f"(FFN / 2), x {size} B = {activations:,} B"]
 
 
 def main() -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "0"))
-    if world_size < 1 or FFN % world_size:
-        sys.exit(f"start it with a number of processes that divides {FFN}: "
+    try:
+        check_degree(world_size)  # a degree that divides the heads also divides SEQUENCE, for sequence parallelism
+    except ValueError as error:
+        sys.exit(f"{error}; start it with a number of processes that divides {math.gcd(HEADS, FFN, HIDDEN)}: "
                  "torchrun --nproc-per-node=2 scripts/tensor_parallel.py")
     warnings.filterwarnings("ignore", module="torch.distributed")  # DTensor's notices, printed by every rank
     _, device, backend = join()
@@ -312,6 +460,8 @@ def main() -> None:
     say(*by_hand(device))
     say(*with_dtensor(device))
     say(*with_sequence_parallel(device))
+    say(*transformer_block(device))
+    say(*collectives_per_step(device))
     if world_size == 4:
         say(*two_dimensional(device))
     leave()
