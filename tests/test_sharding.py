@@ -22,14 +22,14 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "notebooks" / "scripts"
 CHAPTER = SCRIPTS.parent / "08_memory.ipynb"
 
 
-def printed_by(script: str) -> str:
-    """Return what ``script`` prints on 2 processes: launched on a machine with GPUs (NCCL, one GPU per rank when
-    there are 2), else the stored output of the chapter's cell that launches it, which nbval compares."""
+def printed_by(script: str, chapter: Path = CHAPTER, nproc: int = 2) -> str:
+    """Return what ``script`` prints on ``nproc`` processes: launched on a machine with GPUs (NCCL, one GPU per rank
+    when there are enough), else the stored output of ``chapter``'s cell that launches it, which nbval compares."""
     if num_gpus() > 0:
-        return launch.torchrun(SCRIPTS / script, nproc=2, timeout=180, echo=False)
-    cells = [c for c in nbformat.read(CHAPTER, as_version=4).cells
+        return launch.torchrun(SCRIPTS / script, nproc=nproc, timeout=300, echo=False)
+    cells = [c for c in nbformat.read(chapter, as_version=4).cells
              if c.cell_type == "code" and f'torchrun("scripts/{script}"' in c.source]
-    assert len(cells) == 1, f"{CHAPTER.name} should launch {script} in one cell, found {len(cells)}"
+    assert len(cells) == 1, f"{chapter.name} should launch {script} in one cell, found {len(cells)}"
     assert "nbval-ignore-output" not in cells[0].metadata.get("tags", []), "its output must be compared"
     return "".join(o.get("text", "") for o in cells[0].outputs if o.get("name") == "stdout")
 
