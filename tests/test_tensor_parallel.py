@@ -46,6 +46,15 @@ def test_a_degree_that_does_not_divide_the_heads_the_ffn_or_the_width_is_named()
         check_degree(0)
 
 
+def test_a_mesh_must_use_every_rank_once():
+    mesh_shape = load_script("tensor_parallel").mesh_shape
+    assert mesh_shape(4, 2, 2) == (2, 2) and mesh_shape(8, 4, 2) == (4, 2)
+    with pytest.raises(ValueError, match=r"a \(2, 2\) mesh needs 4 processes, and the world size is 2"):
+        mesh_shape(2, 2, 2)
+    with pytest.raises(ValueError, match="at least 1, not dp=0"):
+        mesh_shape(4, 0, 4)
+
+
 def saved_per_rank(output: str, label: str) -> list[int]:
     """The list of bytes per rank printed after ``label``."""
     found = re.search(re.escape(label) + r" \[([\d, ]+)\] B", output)

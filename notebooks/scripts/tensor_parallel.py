@@ -65,6 +65,16 @@ def check_degree(degree: int, heads: int = HEADS, ffn: int = FFN, hidden: int = 
             raise ValueError(f"the tensor-parallel degree {degree} does not divide the {size} {what}")
 
 
+def mesh_shape(world_size: int, dp: int, tp: int) -> tuple[int, int]:
+    """The (dp, tp) shape of a two-dimensional mesh over ``world_size`` ranks; ValueError if it does not use every
+    rank exactly once (init_device_mesh would fail later, and less clearly)."""
+    if dp < 1 or tp < 1:
+        raise ValueError(f"a mesh dimension must be at least 1, not dp={dp}, tp={tp}")
+    if dp * tp != world_size:
+        raise ValueError(f"a ({dp}, {tp}) mesh needs {dp * tp} processes, and the world size is {world_size}")
+    return dp, tp
+
+
 def styles(plan: dict[str, str]) -> dict[str, ParallelStyle]:
     """``plan`` ("colwise" or "rowwise" by module name) as parallelize_module takes it."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -400,7 +410,8 @@ def two_dimensional(device: torch.device) -> list[str]:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))
+    shape = mesh_shape(dist.get_world_size(), 2, 2)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=("dp", "tp"))
     reference, model = full_mlp(device), full_mlp(device)
     parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     fully_shard(model, mesh=mesh["dp"])
