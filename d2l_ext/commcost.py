@@ -1,0 +1,146 @@
+"""What a collective costs: bytes on the wire, a latency-bandwidth model, and bandwidth the nccl-tests way.
+
+A ring collective on n ranks moves its data in steps; in each step every rank sends one chunk to the next rank.
+Each step costs a latency ``alpha`` (seconds) and its bytes at the link's bandwidth ``beta`` (bytes/s):
+
+    time = steps x alpha + bytes sent by a rank / beta
+
+with, for a tensor of S bytes (the whole result for all_gather, the whole input for reduce_scatter):
+
+| collective     | steps    | bytes a rank sends | nccl-tests' bus factor |
+|----------------|----------|--------------------|------------------------|
+| all_reduce     | 2(n - 1) | 2(n - 1)/n x S     | 2(n - 1)/n             |
+| all_gather     | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
+| reduce_scatter | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
+| all_to_all     | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
+
+nccl-tests prints two bandwidths: *algbw* = S / time, what the caller sees, and *busbw* = algbw x the bus factor,
+the rate each link actually carried. busbw can be compared with the link's speed whatever n is; algbw cannot.
+
+``ring_all_reduce`` is the algorithm written with point-to-point sends: a reduce-scatter (n - 1 steps, each rank
+ends with the sum of one chunk) then an all-gather (n - 1 steps). It takes ``send`` and ``recv`` functions, so
+that the same lines run over ``torch.distributed`` (chapter 10's script) and inside one process (the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def _check(collective: str, world_size: int, nbytes: float | None = None) -> None:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}: the model knows {', '.join(COLLECTIVES)}")
+    if world_size < 2:
+        raise ValueError(f"a collective needs at least 2 ranks, got {world_size}")
+    if nbytes is not None and not nbytes > 0:
+        raise ValueError(f"the size must be positive, got {nbytes!r} bytes")
+
+
+def ring_steps(collective: str, world_size: int) -> int:
+    """How many send steps a ring takes: 2(n - 1) for all_reduce, n - 1 for the others."""
+    _check(collective, world_size)
+    return 2 * (world_size - 1) if collective == "all_reduce" else world_size - 1
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """nccl-tests' factor from algbw to busbw: 2(n - 1)/n for all_reduce, (n - 1)/n for the others."""
+    return ring_steps(collective, world_size) / world_size
+
+
+def bytes_sent_per_rank(collective: str, world_size: int, nbytes: float) -> float:
+    """Bytes each rank sends in a ring collective on a tensor of ``nbytes`` (see the table above)."""
+    _check(collective, world_size, nbytes)
+    return bus_factor(collective, world_size) * nbytes
+
+
+def algbw_busbw(collective: str, world_size: int, nbytes: float, seconds: float) -> tuple[float, float]:
+    """(algbw, busbw) in bytes/s, as nccl-tests reports them, for a collective on ``nbytes`` that took ``seconds``."""
+    _check(collective, world_size, nbytes)
+    if not seconds > 0:
+        raise ValueError(f"the time must be positive, got {seconds!r} s")
+    algbw = nbytes / seconds
+    return algbw, algbw * bus_factor(collective, world_size)
+
+
+def collective_seconds(collective: str, world_size: int, nbytes: float, alpha: float, beta: float) -> float:
+    """The model's time: steps x alpha + bytes a rank sends / beta."""
+    if not (alpha >= 0 and beta > 0):
+        raise ValueError(f"alpha must be at least 0 and beta positive, got alpha={alpha!r}, beta={beta!r}")
+    return ring_steps(collective, world_size) * alpha + bytes_sent_per_rank(collective, world_size, nbytes) / beta
+
+
+def fit_alpha_beta(collective: str, world_size: int, sizes: Sequence[float],
+                   seconds: Sequence[float]) -> tuple[float, float]:
+    """Fit (alpha, beta) of the model to measured times of ``collective`` on tensors of ``sizes`` bytes.
+
+    A least-squares line through (bytes sent, time), each point weighted by 1/time so that small sizes (where the
+    latency shows) count as much as large ones (where the bandwidth shows). A negative intercept (noise at small
+    sizes) is fitted again through zero latency. Raises ``ValueError`` with fewer than two distinct sizes (two
+    parameters need two points) or when the times do not grow with the size.
+    """
+    if len(sizes) != len(seconds):
+        raise ValueError(f"{len(sizes)} sizes but {len(seconds)} times")
+    if len(set(sizes)) < 2:
+        raise ValueError(f"fitting alpha and beta needs at least 2 distinct sizes, got {len(set(sizes))}: "
+                         "time more sizes")
+    if any(not t > 0 for t in seconds):
+        raise ValueError("every time must be positive")
+    x = torch.tensor([bytes_sent_per_rank(collective, world_size, s) for s in sizes], dtype=torch.float64)
+    t = torch.tensor(list(seconds), dtype=torch.float64)
+    w = 1 / t
+    design = torch.stack([torch.ones_like(x), x], dim=1) * w[:, None]
+    intercept, slope = torch.linalg.lstsq(design, (t * w)[:, None]).solution[:, 0].tolist()
+    if intercept < 0:
+        intercept, slope = 0.0, float(((x * w) @ (t * w)) / ((x * w) @ (x * w)))
+    if not slope > 0:
+        raise ValueError("the times do not grow with the size: no bandwidth can be fitted")
+    return intercept / ring_steps(collective, world_size), 1 / slope
+
+
+def exposed_seconds(comm: Sequence[float], compute: Sequence[float]) -> list[float]:
+    """Communication not hidden behind computation, bucket by bucket: max(0, comm - compute) for each pair."""
+    if len(comm) != len(compute):
+        raise ValueError(f"{len(comm)} communication times but {len(compute)} computation times")
+    return [max(0.0, c - w) for c, w in zip(comm, compute, strict=True)]
+
+
+def ring_all_reduce(tensor: torch.Tensor, rank: int, world_size: int,
+                    send: Callable[[torch.Tensor, int], Any], recv: Callable[[torch.Tensor, int], Any]) -> int:
+    """Sum ``tensor`` over ``world_size`` ranks in place with point-to-point messages; return the bytes sent.
+
+    ``send(chunk, to_rank)`` starts sending one chunk and may return a request to wait on
+    (``torch.distributed.isend`` does: every rank sends before it receives, so a send must not wait for the
+    receiver); ``recv(buffer, from_rank)`` receives one (``torch.distributed.recv``). The tensor is cut into n
+    chunks along its flattened length (it must divide by n). Reduce-scatter: in step s, rank r sends chunk (r - s)
+    mod n to rank r + 1 and adds what rank r - 1 sends into chunk (r - s - 1) mod n; after n - 1 steps rank r holds
+    the whole sum of chunk (r + 1) mod n. All-gather: the sums travel round the ring the same way, n - 1 steps, each
+    replacing a chunk. Each rank sends 2(n - 1) chunks, 2(n - 1)/n of the tensor's bytes.
+    """
+    if world_size < 2 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} of {world_size}: a ring needs 2 or more ranks and a rank among them")
+    flat = tensor.view(-1)
+    if flat.numel() % world_size:
+        raise ValueError(f"{flat.numel()} elements do not split into {world_size} equal chunks")
+    chunks = flat.chunk(world_size)
+    after, before = (rank + 1) % world_size, (rank - 1) % world_size
+    buffer = torch.empty_like(chunks[0])
+    sent = 0
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(world_size - 1):
+            shift = step if phase == "reduce-scatter" else step - 1
+            outgoing, incoming = chunks[(rank - shift) % world_size], chunks[(rank - shift - 1) % world_size]
+            request = send(outgoing, after)
+            sent += outgoing.numel() * outgoing.element_size()
+            recv(buffer, before)
+            if request is not None:
+                request.wait()
+            if phase == "reduce-scatter":
+                incoming += buffer
+            else:
+                incoming.copy_(buffer)
+    return sent

@@ -1,0 +1,166 @@
+"""How fast can a step be? Peak compute, memory bandwidth, and the FLOPs a model does (chapter 10).
+
+A device does at most ``peak`` floating-point operations per second (FLOP/s) and moves at most ``bandwidth``
+bytes per second between its memory and its cores. An operation that does ``flops`` operations on ``bytes`` bytes
+takes at least ``max(flops / peak, bytes / bandwidth)``: the *roofline*. Its *arithmetic intensity* is
+``flops / bytes``; the *ridge point* ``peak / bandwidth`` divides operations that wait for memory
+(memory-bound, intensity below the ridge) from those that wait for arithmetic (compute-bound, above it).
+
+- ``GPUS``: the spec sheets of four GPUs (dense peaks, no sparsity), each figure with its source;
+  ``peak_flops``, ``bandwidth`` and ``ridge_point`` read them;
+- ``linear_flops``, ``mlp_step_flops``, ``conv2d_flops`` and ``transformer_block_flops``: the FLOPs of a training
+  step in closed form, counted as ``torch.utils.flop_counter.FlopCounterMode`` counts them (matrix products and
+  convolutions, 2 FLOPs per multiply-add; element-wise work is not counted);
+- ``attainable``, ``roofline_seconds`` and ``bound``: an operation on the roofline;
+- ``model_flops_utilization``: the share of the peak that a step's model FLOPs reach (MFU).
+
+Every helper raises ``ValueError`` for a size that is not positive, and for a GPU or dtype the table does not
+know (naming the ones it knows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """A GPU's spec sheet: dense peak FLOP/s for each dtype it accelerates, memory bandwidth in bytes/s."""
+
+    name: str
+    peak: dict[str, float]
+    bandwidth: float
+    memory_gib: int
+    source: str
+
+
+# Dense figures (a sheet's "with sparsity" figure is twice these). tf32 is float32 work on Tensor Cores
+# (torch.backends.cuda.matmul.allow_tf32); the T4 (Turing) has neither tf32 nor bfloat16 Tensor Cores.
+GPUS = {
+    "T4": GPUSpec("T4", {"float32": 8.1e12, "float16": 65e12}, 320e9, 16,
+                  "NVIDIA T4 Tensor Core GPU datasheet (2018): FP32 8.1 TFLOPS, mixed-precision FP16/FP32 65 TFLOPS, "
+                  "GDDR6 320 GB/s"),
+    "A100": GPUSpec("A100", {"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12},
+                    2039e9, 80,
+                    "NVIDIA A100 Tensor Core GPU datasheet, SXM 80 GB: FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS "
+                    "(dense), HBM2e 2,039 GB/s"),
+    "H100": GPUSpec("H100", {"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12},
+                    3.35e12, 80,
+                    "NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 989 and BF16/FP16 1,979 TFLOPS with "
+                    "sparsity (494.7 and 989.4 dense), HBM3 3.35 TB/s"),
+    "MI300X": GPUSpec("MI300X", {"float32": 163.4e12, "tf32": 653.7e12, "float16": 1307.4e12,
+                                 "bfloat16": 1307.4e12}, 5.3e12, 192,
+                      "AMD Instinct MI300X data sheet: FP32 matrix 163.4, TF32 653.7, FP16/BF16 1,307.4 TFLOPS "
+                      "(dense), HBM3 5.3 TB/s"),
+}
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+def gpu_spec(gpu: str) -> GPUSpec:
+    """The spec of ``gpu`` (a name in ``GPUS``)."""
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}: the table knows {', '.join(GPUS)}")
+    return GPUS[gpu]
+
+
+def peak_flops(gpu: str, dtype: str) -> float:
+    """Dense peak FLOP/s of ``gpu`` for ``dtype`` ('float32', 'tf32', 'float16' or 'bfloat16')."""
+    spec = gpu_spec(gpu)
+    if dtype not in spec.peak:
+        raise ValueError(f"the table has no {dtype!r} peak for the {gpu}: it knows {', '.join(spec.peak)}")
+    return spec.peak[dtype]
+
+
+def ridge_point(gpu: str, dtype: str) -> float:
+    """The arithmetic intensity (FLOP/byte) above which an operation on ``gpu`` in ``dtype`` is compute-bound."""
+    return peak_flops(gpu, dtype) / gpu_spec(gpu).bandwidth
+
+
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """The roofline: the FLOP/s an operation of ``intensity`` FLOP/byte can reach, ``min(peak, intensity x bw)``."""
+    _positive(intensity=intensity, peak=peak, bandwidth=bandwidth)
+    return min(peak, intensity * bandwidth)
+
+
+def roofline_seconds(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
+    """The least time an operation of ``flops`` FLOPs on ``nbytes`` bytes can take: the slower of its two limits."""
+    _positive(flops=flops, nbytes=nbytes, peak=peak, bandwidth=bandwidth)
+    return max(flops / peak, nbytes / bandwidth)
+
+
+def bound(intensity: float, ridge: float) -> str:
+    """'memory-bound' below the ridge point, 'compute-bound' at or above it."""
+    _positive(intensity=intensity, ridge=ridge)
+    return "compute-bound" if intensity >= ridge else "memory-bound"
+
+
+def matmul_bytes(m: int, k: int, n: int, dtype_bytes: int = 4) -> int:
+    """Bytes an (m, k) @ (k, n) product must move at least: read both inputs, write the output once."""
+    _positive(m=m, k=k, n=n, dtype_bytes=dtype_bytes)
+    return (m * k + k * n + m * n) * dtype_bytes
+
+
+def linear_flops(batch: int, fan_in: int, fan_out: int, input_grad: bool = True) -> dict[str, int]:
+    """FLOPs of ``nn.Linear(fan_in, fan_out)`` on ``batch`` rows: forward, backward and their sum.
+
+    Forward: one (batch, fan_in) @ (fan_in, fan_out) product, 2 x batch x fan_in x fan_out (the bias adds are not
+    counted). Backward: the weight's gradient costs the same again, and the input's gradient the same again only
+    when it is needed (``input_grad``): the first layer of a model, whose input is the data, skips it.
+    """
+    _positive(batch=batch, fan_in=fan_in, fan_out=fan_out)
+    product = 2 * batch * fan_in * fan_out
+    backward = product * (2 if input_grad else 1)
+    return {"forward": product, "backward": backward, "total": product + backward}
+
+
+def mlp_step_flops(batch: int, sizes: list[int]) -> dict[str, int]:
+    """FLOPs of one training step of an MLP of ``nn.Linear`` layers of ``sizes`` (e.g. [1024, 4096, 1024]),
+    its first layer fed by data (no input gradient). The forward pass is 2 x batch x P_weights; the step is
+    3 times that less the first layer's input gradient, where "6 x P x batch" counts it."""
+    if len(sizes) < 2:
+        raise ValueError(f"an MLP needs at least two sizes (input and output), got {sizes!r}")
+    rows = [linear_flops(batch, a, b, input_grad=i > 0) for i, (a, b) in enumerate(zip(sizes, sizes[1:], strict=False))]
+    return {key: sum(row[key] for row in rows) for key in ("forward", "backward", "total")}
+
+
+def conv2d_flops(batch: int, in_channels: int, out_channels: int, kernel: int, out_height: int, out_width: int,
+                 input_grad: bool = True) -> dict[str, int]:
+    """FLOPs of ``nn.Conv2d(in_channels, out_channels, kernel)`` whose output is out_height x out_width: each
+    output value is a dot product of in_channels x kernel x kernel pairs; the backward pass costs as much for the
+    weight's gradient and, when needed, as much again for the input's."""
+    _positive(batch=batch, in_channels=in_channels, out_channels=out_channels, kernel=kernel,
+              out_height=out_height, out_width=out_width)
+    forward = 2 * batch * out_channels * out_height * out_width * in_channels * kernel * kernel
+    backward = forward * (2 if input_grad else 1)
+    return {"forward": forward, "backward": backward, "total": forward + backward}
+
+
+def transformer_block_flops(batch: int, seq: int, hidden: int, mlp_ratio: int = 4) -> dict[str, int]:
+    """FLOPs of one pre-LayerNorm transformer block: q, k, v and output projections (4 hidden x hidden),
+    attention's two products (q k^T, and the weights times v: 2 x batch x seq^2 x hidden each, whatever the number
+    of heads), and an MLP hidden -> mlp_ratio x hidden -> hidden. Forward: 24·b·s·h² + 4·b·s²·h
+    with the usual ratio 4. Backward: twice the forward. Every product computes its input's gradient, even in a
+    first block: the LayerNorm before q, k and v has a weight, whose gradient needs it."""
+    _positive(batch=batch, seq=seq, hidden=hidden, mlp_ratio=mlp_ratio)
+    tokens = batch * seq
+    projections = 4 * 2 * tokens * hidden * hidden
+    attention = 2 * 2 * batch * seq * seq * hidden
+    mlp = 2 * 2 * tokens * hidden * mlp_ratio * hidden
+    forward = projections + attention + mlp
+    return {"forward": forward, "backward": 2 * forward, "total": 3 * forward}
+
+
+def model_flops_utilization(flops_per_step: float, step_seconds: float, peak: float) -> float:
+    """MFU: the model's FLOPs per step over what the peak could do in the step's time (a share, 0 to 1).
+
+    Counted with the FLOPs the model needs (recomputed activations not included); with them, the same formula
+    gives the hardware FLOPs utilization (HFU)."""
+    _positive(flops_per_step=flops_per_step, step_seconds=step_seconds, peak=peak)
+    return flops_per_step / step_seconds / peak

@@ -1,0 +1,95 @@
+"""d2l_ext.commcost: the ring all-reduce's sums and bytes, the cost model's arithmetic, the fit, bad input."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+import torch
+
+from d2l_ext import commcost
+
+
+def run_ring(world_size: int, numel: int) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
+    """Run ring_all_reduce on ``world_size`` threads joined by queues; return inputs, results, bytes sent."""
+    torch.manual_seed(world_size)
+    inputs = [torch.randn(numel) for _ in range(world_size)]
+    results = [x.clone() for x in inputs]
+    links = {(a, b): queue.Queue() for a in range(world_size) for b in range(world_size)}
+    sent = [0] * world_size
+    errors = []
+
+    def rank_main(rank: int) -> None:
+        def send(chunk, to):
+            links[rank, to].put(chunk.clone())
+
+        def recv(buffer, source):
+            buffer.copy_(links[source, rank].get(timeout=10))
+
+        try:
+            sent[rank] = commcost.ring_all_reduce(results[rank], rank, world_size, send, recv)
+        except Exception as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    return inputs, results, sent
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_the_ring_sums_and_each_rank_sends_exactly_2_n_minus_1_over_n_of_the_bytes(world_size):
+    numel = 12 * 5
+    inputs, results, sent = run_ring(world_size, numel)
+    total = torch.stack(inputs).sum(0)
+    for result in results:
+        torch.testing.assert_close(result, total)
+    size = numel * 4
+    assert sent == [2 * (world_size - 1) * size // world_size] * world_size
+    assert sent[0] == commcost.bytes_sent_per_rank("all_reduce", world_size, size)
+
+
+def test_bus_bandwidth_is_algorithm_bandwidth_times_the_bus_factor():
+    algbw, busbw = commcost.algbw_busbw("all_reduce", 4, 8e6, 0.002)
+    assert (algbw, busbw) == (4e9, 6e9)  # 2(4 - 1)/4 = 1.5
+    assert commcost.algbw_busbw("all_gather", 8, 8e6, 0.002)[1] == 3.5e9  # (8 - 1)/8
+
+
+def test_the_model_adds_latency_per_step_and_bytes_over_bandwidth():
+    assert commcost.collective_seconds("all_reduce", 2, 1e6, alpha=1e-5, beta=1e9) == pytest.approx(2e-5 + 1e-3)
+    assert commcost.ring_steps("reduce_scatter", 4) == 3
+
+
+def test_the_fit_recovers_the_parameters_that_made_the_times():
+    sizes = [2**k for k in range(10, 27, 2)]
+    times = [commcost.collective_seconds("all_gather", 2, s, alpha=5e-5, beta=2e9) for s in sizes]
+    alpha, beta = commcost.fit_alpha_beta("all_gather", 2, sizes, times)
+    assert alpha == pytest.approx(5e-5, rel=1e-9)
+    assert beta == pytest.approx(2e9, rel=1e-9)
+
+
+def test_a_negative_latency_is_refitted_through_zero():
+    sizes, times = [1e3, 1e6, 2e6], [1e-7, 1e-3, 2.1e-3]
+    alpha, beta = commcost.fit_alpha_beta("all_reduce", 2, sizes, times)
+    assert alpha == 0.0 and beta > 0
+
+
+def test_exposed_communication_is_what_computation_does_not_cover():
+    assert commcost.exposed_seconds([3.0, 1.0, 2.5], [2.0, 2.0, 2.5]) == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: commcost.fit_alpha_beta("all_reduce", 2, [1e6], [1e-3]), "at least 2 distinct sizes"),
+    (lambda: commcost.fit_alpha_beta("all_reduce", 2, [1e6, 2e6], [2e-3, 1e-3]), "do not grow"),
+    (lambda: commcost.bytes_sent_per_rank("broadcast", 2, 8), "all_reduce, all_gather"),
+    (lambda: commcost.bytes_sent_per_rank("all_reduce", 1, 8), "at least 2 ranks"),
+    (lambda: commcost.bytes_sent_per_rank("all_reduce", 2, 0), "must be positive"),
+    (lambda: commcost.ring_all_reduce(torch.zeros(5), 0, 2, print, print), "do not split"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -1,0 +1,120 @@
+"""d2l_ext.roofline: FLOPs in closed form equal FlopCounterMode's counts exactly; the spec table's arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from d2l_ext import roofline
+
+
+def counted(step) -> tuple[int, int]:
+    """(forward FLOPs, backward FLOPs) that FlopCounterMode counts for ``step``, which returns a loss."""
+    with FlopCounterMode(display=False) as forward_mode:
+        loss = step()
+    with FlopCounterMode(display=False) as backward_mode:
+        loss.backward()
+    return forward_mode.get_total_flops(), backward_mode.get_total_flops()
+
+
+def test_an_mlp_step_is_counted_exactly_and_six_p_b_overcounts_the_first_layers_input_gradient():
+    torch.manual_seed(0)
+    sizes, batch = [64, 256, 32], 16
+    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 32))
+    x = torch.randn(batch, 64)
+    forward, backward = counted(lambda: net(x).sum())
+    closed = roofline.mlp_step_flops(batch, sizes)
+    assert (forward, backward) == (closed["forward"], closed["backward"])
+    weights = sum(a * b for a, b in zip(sizes, sizes[1:], strict=False))
+    assert 6 * weights * batch - closed["total"] == 2 * batch * 64 * 256  # the first layer's input gradient
+
+
+def test_the_measured_mlp_of_the_notes_has_its_count():
+    # ../shared/notes/anchors-2026-11-27.md: FlopCounterMode counted 10.74 GFLOP for 1024-4096-1024 at batch 256
+    assert round(roofline.mlp_step_flops(256, [1024, 4096, 1024])["total"] / 1e9, 2) == 10.74
+
+
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_a_conv_layer_is_counted_exactly(input_grad):
+    conv = nn.Conv2d(3, 8, kernel_size=3, padding=1)
+    x = torch.randn(2, 3, 10, 12, requires_grad=input_grad)
+    forward, backward = counted(lambda: conv(x).sum())
+    closed = roofline.conv2d_flops(2, 3, 8, 3, 10, 12, input_grad=input_grad)
+    assert (forward, backward) == (closed["forward"], closed["backward"])
+
+
+class Block(nn.Module):
+    """A pre-LayerNorm transformer block, as chapter 9 splits it."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.q, self.k, self.v, self.out = (nn.Linear(hidden, hidden) for _ in range(4))
+        self.up, self.down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        y = self.norm1(x)
+        q, k, v = (layer(y).view(b, s, self.heads, h // self.heads).transpose(1, 2)
+                   for layer in (self.q, self.k, self.v))
+        # written out, as d2l does: FlopCounterMode has no formula for the CPU kernel of
+        # F.scaled_dot_product_attention (torch 2.14 counts nothing for it)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / (h // self.heads) ** 0.5, dim=-1)
+        attention = (weights @ v).transpose(1, 2).reshape(b, s, h)
+        x = x + self.out(attention)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_a_transformer_block_is_counted_exactly_with_or_without_an_input_gradient(input_grad):
+    torch.manual_seed(0)
+    block = Block(hidden=32, heads=4)
+    x = torch.randn(2, 10, 32, requires_grad=input_grad)
+    forward, backward = counted(lambda: block(x).sum())
+    closed = roofline.transformer_block_flops(2, 10, 32)
+    assert (forward, backward) == (closed["forward"], closed["backward"])
+
+
+def test_ridge_points_follow_from_the_table():
+    assert round(roofline.ridge_point("H100", "bfloat16")) == 295  # 989.4e12 / 3.35e12
+    assert round(roofline.ridge_point("A100", "bfloat16")) == 153  # 312e12 / 2.039e12
+    assert round(roofline.ridge_point("T4", "float16")) == 203  # 65e12 / 320e9
+    assert all(spec.source for spec in roofline.GPUS.values())
+
+
+def test_the_roofline_is_the_slower_of_two_limits_and_bends_at_the_ridge():
+    peak, bandwidth = 100.0, 10.0  # ridge at 10 FLOP/byte
+    assert roofline.attainable(1.0, peak, bandwidth) == 10.0
+    assert roofline.attainable(10.0, peak, bandwidth) == 100.0
+    assert roofline.attainable(50.0, peak, bandwidth) == 100.0
+    assert roofline.roofline_seconds(100.0, 100.0, peak, bandwidth) == 10.0  # memory: 100 B at 10 B/s
+    assert roofline.roofline_seconds(1000.0, 1.0, peak, bandwidth) == 10.0  # compute: 1000 FLOP at 100 FLOP/s
+    assert [roofline.bound(i, 10.0) for i in (9.99, 10.0)] == ["memory-bound", "compute-bound"]
+
+
+def test_a_matmul_grows_more_intense_with_its_size():
+    intensities = [2 * n**3 / roofline.matmul_bytes(n, n, n) for n in (64, 256, 1024)]
+    assert intensities == sorted(intensities)
+    assert math.isclose(intensities[-1], 1024 / 6)  # 2n^3 / (3 n^2 x 4 bytes)
+
+
+def test_mfu_is_model_flops_over_what_the_peak_does_in_the_step():
+    assert roofline.model_flops_utilization(50e12, 0.5, 200e12) == 0.5
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: roofline.peak_flops("V100", "float16"), "T4, A100, H100, MI300X"),
+    (lambda: roofline.peak_flops("T4", "bfloat16"), "float32, float16"),
+    (lambda: roofline.linear_flops(0, 4, 4), "batch must be positive"),
+    (lambda: roofline.roofline_seconds(1.0, -1.0, 1.0, 1.0), "nbytes must be positive"),
+    (lambda: roofline.mlp_step_flops(4, [8]), "at least two sizes"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
