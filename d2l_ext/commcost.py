@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .diagrams import bucket_schedule
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -107,6 +109,18 @@ def exposed_seconds(comm: Sequence[float], compute: Sequence[float]) -> list[flo
     if len(comm) != len(compute):
         raise ValueError(f"{len(comm)} communication times but {len(compute)} computation times")
     return [max(0.0, c - w) for c, w in zip(comm, compute, strict=True)]
+
+
+def exposed_after_backward(backward: Sequence[float], buckets: Sequence[int], allreduce: Sequence[float]) -> float:
+    """How much later a DDP step's last all-reduce ends than its backward pass: the communication left exposed.
+
+    ``backward`` are the layers' backward times, last layer first; ``buckets`` how many consecutive layers each
+    gradient bucket holds; ``allreduce`` each bucket's all-reduce time (from ``collective_seconds``). The schedule
+    is chapter 6's (``d2l_ext.diagrams.bucket_schedule``, which ``draw_ddp_buckets`` draws): a bucket's all-reduce
+    starts when its last gradient is computed and the all-reduce before it is done.
+    """
+    intervals = bucket_schedule(list(backward), list(buckets), list(allreduce))
+    return max(i.end for i in intervals if i.lane == "all-reduce") - sum(backward)
 
 
 def ring_all_reduce(tensor: torch.Tensor, rank: int, world_size: int,

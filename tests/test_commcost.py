@@ -93,3 +93,29 @@ def test_exposed_communication_is_what_computation_does_not_cover():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def exposed_by_recurrence(compute: list[float], comm: list[float]) -> float:
+    """One bucket per layer, by hand: all-reduce k starts when layer k's backward and all-reduce k - 1 are done."""
+    backward_end = comm_end = 0.0
+    for work, talk in zip(compute, comm, strict=True):
+        backward_end += work
+        comm_end = max(backward_end, comm_end) + talk
+    return comm_end - backward_end
+
+
+@pytest.mark.parametrize("compute, comm", [
+    ([4.0, 4.0, 4.0], [1.0, 1.0, 1.0]),  # hidden but the last
+    ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]),  # a backlog builds up
+    ([1.0], [5.0]),  # one bucket: nothing to hide behind
+])
+def test_the_exposed_communication_is_what_the_schedule_says_exactly(compute, comm):
+    exposed = commcost.exposed_after_backward(compute, [1] * len(compute), comm)
+    assert exposed == exposed_by_recurrence(compute, comm)
+
+
+def test_without_a_backlog_only_the_last_bucket_is_exposed():
+    compute, comm = [4.0, 2.0, 3.0], [1.0, 1.0, 2.0]
+    assert commcost.exposed_seconds(comm[:-1], compute[1:]) == [0.0, 0.0]  # each hides behind the next backward
+    assert commcost.exposed_after_backward(compute, [1, 1, 1], comm) == comm[-1]
+    assert commcost.exposed_after_backward(compute, [3], [4.0]) == 4.0  # one bucket: all of it
