@@ -20,6 +20,7 @@ know (naming the ones it knows).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
@@ -164,3 +165,66 @@ def model_flops_utilization(flops_per_step: float, step_seconds: float, peak: fl
     gives the hardware FLOPs utilization (HFU)."""
     _positive(flops_per_step=flops_per_step, step_seconds=step_seconds, peak=peak)
     return flops_per_step / step_seconds / peak
+
+
+# ---------------------------------------------------------------------------------------------- worked problems
+# Each answer of chapter 10's problems is computed here from the table above, so that an error in a figure or a
+# formula shows in a test. The assumptions are in each docstring; the chapter states them beside the answer.
+
+
+def compute_bound_batch(gpu: str, dtype: str, d_in: int, d_out: int) -> int | None:
+    """The smallest batch B at which (B, d_in) @ (d_in, d_out) in ``dtype`` reaches ``gpu``'s ridge point.
+
+    Its intensity is 2·B·d_in·d_out / (s·(B·d_in + d_in·d_out + B·d_out)) with s bytes per number. It grows with
+    B towards 2·d_in·d_out / (s·(d_in + d_out)); if even that stays under the ridge, no batch will do: None.
+    """
+    _positive(d_in=d_in, d_out=d_out)
+    ridge, s = ridge_point(gpu, dtype), DTYPE_BYTES[dtype]
+    denominator = 2 * d_in * d_out - ridge * s * (d_in + d_out)
+    if denominator <= 0:
+        return None
+    return math.ceil(ridge * s * d_in * d_out / denominator)
+
+
+def dp_hiding_tokens(gpu: str, dtype: str, link_bandwidth: float, gpus: int, mfu: float = 1.0) -> float:
+    """Tokens per GPU per step above which data parallelism hides its gradient all-reduce behind the backward.
+
+    The backward pass does 4·P FLOPs per token (twice the forward's 2·P) at ``mfu`` of the peak; the ring
+    all-reduce sends 2(n - 1)/n of the gradients (P numbers of ``dtype``) over ``link_bandwidth`` bytes/s. The
+    model's size cancels: tokens >= (n - 1)/n · s/2 · peak · mfu / link_bandwidth (s bytes per number).
+    """
+    _positive(link_bandwidth=link_bandwidth, mfu=mfu)
+    if gpus < 2:
+        raise ValueError(f"data parallelism needs at least 2 GPUs, got {gpus}")
+    s = DTYPE_BYTES[dtype]
+    return (gpus - 1) / gpus * s / 2 * peak_flops(gpu, dtype) * mfu / link_bandwidth
+
+
+def tp_comm_bound_degree(gpu: str, dtype: str, link_bandwidth: float, ffn: int) -> float:
+    """The tensor-parallel degree t above which a Megatron MLP (hidden -> ffn -> hidden, split over t GPUs) waits
+    longer for its all-reduce than it computes.
+
+    Per token the two products cost 4·hidden·ffn/t FLOPs on each GPU; the all-reduce of the output sends
+    2(t - 1)/t·hidden·s bytes. Communication is longer when t - 1 > 2·ffn / (s · peak / link_bandwidth): the
+    batch and the hidden size cancel. Returns that t (communication-bound above it).
+    """
+    _positive(link_bandwidth=link_bandwidth, ffn=ffn)
+    s = DTYPE_BYTES[dtype]
+    return 1 + 2 * ffn / (s * peak_flops(gpu, dtype) / link_bandwidth)
+
+
+def training_seconds(params: float, tokens: float, gpus: int, gpu: str, dtype: str, mfu: float) -> float:
+    """Time to train ``params`` parameters on ``tokens`` tokens with ``gpus`` GPUs at ``mfu``: 6·P·tokens FLOPs
+    (2 forward, 4 backward per parameter and token) over gpus · peak · mfu."""
+    _positive(params=params, tokens=tokens, gpus=gpus, mfu=mfu)
+    return 6 * params * tokens / (gpus * peak_flops(gpu, dtype) * mfu)
+
+
+def decode_tokens_per_second(params: float, dtype: str, gpu: str) -> float:
+    """The most tokens per second one GPU can generate for one sequence: each token reads every weight once
+    (P numbers of ``dtype``) for 2·P FLOPs, an intensity of 2/s FLOP/byte, far under any ridge: the memory's
+    bandwidth sets the pace (the KV cache and the activations are left out)."""
+    _positive(params=params)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}: the table knows {', '.join(DTYPE_BYTES)}")
+    return gpu_spec(gpu).bandwidth / (params * DTYPE_BYTES[dtype])

@@ -118,3 +118,31 @@ def test_mfu_is_model_flops_over_what_the_peak_does_in_the_step():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_batch_that_makes_an_h100_matmul_compute_bound():
+    batch = roofline.compute_bound_batch("H100", "bfloat16", 8192, 8192)
+    assert batch == 319  # by hand: 295.34 x 2 x 8192² / (2 x 8192² - 295.34 x 2 x 16384) = 318.3
+    intensity = lambda b: 2 * b * 8192 * 8192 / roofline.matmul_bytes(b, 8192, 8192, 2)  # noqa: E731
+    ridge = roofline.ridge_point("H100", "bfloat16")
+    assert intensity(batch - 1) < ridge <= intensity(batch)
+    assert roofline.compute_bound_batch("H100", "bfloat16", 256, 256) is None  # 2·256²/(2·512) = 128 < 295
+
+
+def test_data_parallelism_hides_its_all_reduce_above_a_number_of_tokens_that_does_not_depend_on_the_model():
+    tokens = roofline.dp_hiding_tokens("H100", "bfloat16", 450e9, gpus=8)
+    assert round(tokens) == round(7 / 8 * 989.4e12 / 450e9)  # 1,924 tokens per GPU over NVLink
+    assert roofline.dp_hiding_tokens("H100", "bfloat16", 50e9, gpus=8) == pytest.approx(9 * tokens)
+
+
+def test_tensor_parallelism_turns_communication_bound_at_a_degree_that_grows_with_the_ffn():
+    degree = roofline.tp_comm_bound_degree("H100", "bfloat16", 450e9, ffn=28672)
+    assert degree == pytest.approx(1 + 2 * 28672 / (2 * 989.4e12 / 450e9))
+    assert 14 < degree < 15  # Llama 3 70B's MLP (ffn 28,672) stays compute-bound up to 14 GPUs over NVLink
+
+
+def test_a_training_run_and_a_decode_speed_from_the_table():
+    # 8e9 parameters on 1e6 tokens, 8 H100s at 40%: 4.8e16 FLOPs / 3.166e15 FLOP/s
+    assert roofline.training_seconds(8e9, 1e6, 8, "H100", "bfloat16", 0.4) == pytest.approx(15.16, abs=0.01)
+    assert roofline.decode_tokens_per_second(7e9, "bfloat16", "H100") == pytest.approx(3.35e12 / 14e9)
+    assert roofline.decode_tokens_per_second(7e9, "float16", "T4") == pytest.approx(320e9 / 14e9)  # about 23
