@@ -367,3 +367,55 @@ def draw_model_splits(axes: Any = None) -> Any:
     pipeline.text(6.3, 5.0, "activations\nforward,\ngradients\nback", va="center", fontsize=7.5)
     pipeline.set_title("pipeline: the layers, in stages", fontsize=9)
     return axes
+
+
+def draw_gpu(ax: Any = None) -> Any:
+    """Draw chapter 10's picture of a GPU, an H100 SXM's figures from its spec sheet (d2l_ext.roofline.GPUS and
+    NVIDIA's H100 whitepaper): the host link, HBM, the L2 cache, the streaming multiprocessors (SMs), and inside
+    one SM its registers, shared memory, CUDA cores, Tensor Cores and the warps it runs; return the Axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 5.2))
+    ax.set_xlim(0, 20)
+    ax.set_ylim(0, 10.4)
+    ax.axis("off")
+
+    def box(x: float, y: float, w: float, h: float, colour: str, text: str = "", size: float = 8) -> None:
+        ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", linewidth=0.6))
+        if text:
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size)
+
+    def arrow(start: tuple[float, float], end: tuple[float, float], text: str) -> None:
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="<->", mutation_scale=10, linewidth=1))
+        ax.text((start[0] + end[0]) / 2 + 0.15, (start[1] + end[1]) / 2, text, fontsize=7.5, va="center")
+
+    box(0.2, 7.4, 3.2, 2.2, "whitesmoke", "host\nCPU and its RAM")
+    arrow((1.8, 7.4), (1.8, 5.4), "PCIe Gen5:\n64 GB/s\neach way")
+    box(0.2, 0.4, 3.2, 5.0, "khaki", "HBM3\n80 GB\n\nevery tensor\non the GPU\nlives here")
+    arrow((3.4, 2.9), (4.6, 2.9), "")
+    ax.text(3.5, 3.5, "3.35 TB/s", fontsize=7.5)
+    box(4.6, 0.4, 1.4, 9.2, "lightsalmon", "L2 cache\n50 MB\n\nshared\nby all\nSMs")
+    # the SMs: a grid of small boxes, all alike
+    for row in range(6):
+        for column in range(6):
+            box(6.4 + column * 0.62, 0.6 + row * 1.5, 0.5, 1.2, "lightsteelblue")
+    ax.text(8.2, 9.75, "132 SMs (streaming multiprocessors)", ha="center", fontsize=8)
+    # one SM, enlarged
+    ax.add_patch(Rectangle((10.4, 0.4), 9.4, 9.2, facecolor="aliceblue", edgecolor="steelblue", linewidth=1.2))
+    ax.plot([10.1, 10.4], [8.7, 9.6], color="steelblue", linewidth=0.8)
+    ax.plot([10.1, 10.4], [7.8, 0.4], color="steelblue", linewidth=0.8)
+    ax.text(15.1, 9.2, "one SM", ha="center", fontsize=9, weight="bold")
+    box(10.8, 7.2, 8.6, 1.5, "lavender", "registers: 256 KB\neach thread's own variables, the fastest memory")
+    box(10.8, 5.4, 8.6, 1.5, "lightsalmon", "shared memory and L1: up to 228 KB\nshared by the threads of a block")
+    for quarter in range(4):
+        x = 10.8 + quarter * 2.18
+        box(x, 2.1, 2.0, 3.0, "white")
+        box(x + 0.1, 3.4, 1.8, 1.5, "lightgreen", "32 FP32\nCUDA cores", 7)
+        box(x + 0.1, 2.2, 1.8, 1.0, "gold", "Tensor\nCore", 7)
+    box(10.8, 0.6, 8.6, 1.3, "white", "warps: groups of 32 threads that run the same instruction; an SM keeps\n"
+        "up to 64 warps in flight and switches between them to hide memory's latency", 6.4)
+    ax.text(10.0, 0.0, "H100 SXM, from NVIDIA's spec sheet and whitepaper. The further from the cores, the larger "
+            "and slower the memory.", ha="center", fontsize=7.5, style="italic")
+    return ax

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from d2l_ext import diagrams
+from d2l_ext import diagrams, roofline
 
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
 
@@ -107,4 +107,15 @@ def test_the_splits_picture_gives_each_rank_its_half():
     assert owners(tensor) == {"X\n(all)": None, "A₀": 0, "A₁": 1, "B₀": 0, "B₁": 1, "Y₀+Y₁\nall-reduce": None}
     assert [owners(pipeline)[f"layer {i}"] for i in range(4)] == [0, 0, 1, 1]
     assert len(sequence.patches) == 16  # 8 tokens before the MLP, 8 after, half on each rank
+    plt.close("all")
+
+
+def test_the_gpu_picture_names_each_level_and_its_h100_figures():
+    import matplotlib.pyplot as plt
+
+    texts = " ".join(t.get_text() for t in diagrams.draw_gpu().texts)
+    for part in ("HBM3\n80 GB", "3.35 TB/s", "L2 cache\n50 MB", "132 SMs", "registers: 256 KB", "up to 228 KB",
+                 "Tensor\nCore", "warps: groups of 32 threads", "PCIe Gen5"):
+        assert part in texts
+    assert "3.35 TB/s" in texts and roofline.GPUS["H100"].bandwidth == 3.35e12  # the picture and the table agree
     plt.close("all")
