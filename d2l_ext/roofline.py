@@ -21,7 +21,10 @@ know (naming the ones it knows).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import torch
 
 DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
 
@@ -228,3 +231,68 @@ def decode_tokens_per_second(params: float, dtype: str, gpu: str) -> float:
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}: the table knows {', '.join(DTYPE_BYTES)}")
     return gpu_spec(gpu).bandwidth / (params * DTYPE_BYTES[dtype])
+
+
+# ------------------------------------------------------------------------------------------- this machine's
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the course, its FLOPs and the least bytes it moves (float32), and a function running it."""
+
+    name: str
+    flops: int
+    nbytes: int
+    run: Callable[[], object]
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.nbytes
+
+
+def course_operations(device: torch.device | str = "cpu") -> list[Operation]:
+    """The operations chapter 10 places on the roofline, with inputs made on ``device``.
+
+    Element-wise and row-wise operations read their input and write their output once: an add of two tensors
+    does 1 FLOP per element for 12 bytes; softmax about 5 (max, subtract, exp, sum, divide) and LayerNorm about 8
+    (mean, variance, normalize, scale and shift) per element for 8 bytes. A product of n x n matrices does
+    2n³ FLOPs on 3n² numbers; a convolution as conv2d_flops counts, on its input, output and weights; the MLP step
+    as mlp_step_flops counts, on each weight read twice and its gradient written once, each activation written
+    and read once.
+    """
+    device = torch.device(device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(device)
+
+    operations = []
+    n = 1 << 22
+    a, b = randn(n), randn(n)
+    operations.append(Operation("add", n, 12 * n, lambda: a + b))
+    rows = randn(4096, 1024)
+    layer_norm = torch.nn.LayerNorm(1024).to(device)
+    operations.append(Operation("softmax", 5 * rows.numel(), 8 * rows.numel(), lambda: rows.softmax(-1)))
+    operations.append(Operation("LayerNorm", 8 * rows.numel(), 8 * rows.numel(), lambda: layer_norm(rows)))
+    for size in (64, 256, 1024, 2048):
+        x, y = randn(size, size), randn(size, size)
+        operations.append(Operation(f"matmul {size}", 2 * size**3, matmul_bytes(size, size, size),
+                                    lambda x=x, y=y: x @ y))
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1).to(device)
+    image = randn(8, 64, 32, 32)
+    conv_bytes = 4 * (2 * image.numel() + conv.weight.numel())
+    operations.append(Operation("conv 3x3, 64 channels", conv2d_flops(8, 64, 64, 3, 32, 32)["forward"],
+                                conv_bytes, lambda: conv(image)))
+    sizes, batch = [512, 2048, 512], 128
+    mlp = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512)).to(device)
+    data = randn(batch, 512)
+    weights = sum(p.numel() for p in mlp.parameters() if p.dim() == 2)
+    activations = batch * sum(sizes)
+
+    def mlp_step() -> None:
+        mlp.zero_grad(set_to_none=True)
+        mlp(data).sum().backward()
+
+    operations.append(Operation("MLP step 512-2048-512", mlp_step_flops(batch, sizes)["total"],
+                                4 * (3 * weights + 2 * activations), mlp_step))
+    return operations
