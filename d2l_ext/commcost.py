@@ -17,9 +17,9 @@ with, for a tensor of S bytes (the whole result for all_gather, the whole input 
 nccl-tests prints two bandwidths: *algbw* = S / time, what the caller sees, and *busbw* = algbw x the bus factor,
 the rate each link actually carried. busbw can be compared with the link's speed whatever n is; algbw cannot.
 
-``ring_all_reduce`` is the algorithm written with point-to-point sends: a reduce-scatter (n - 1 steps, each rank
-ends with the sum of one chunk) then an all-gather (n - 1 steps). It takes ``send`` and ``recv`` functions, so
-that the same lines run over ``torch.distributed`` (chapter 10's script) and inside one process (the tests).
+``ring_all_reduce`` is the algorithm written with point-to-point messages: a reduce-scatter (n - 1 steps, each
+rank ends with the sum of one chunk) then an all-gather (n - 1 steps). It takes an ``exchange`` function, so that
+the same lines run over ``torch.distributed`` (chapters 9 and 10's scripts) and inside one process (the tests).
 """
 
 from __future__ import annotations
@@ -124,37 +124,41 @@ def exposed_after_backward(backward: Sequence[float], buckets: Sequence[int], al
 
 
 def ring_all_reduce(tensor: torch.Tensor, rank: int, world_size: int,
-                    send: Callable[[torch.Tensor, int], Any], recv: Callable[[torch.Tensor, int], Any]) -> int:
-    """Sum ``tensor`` over ``world_size`` ranks in place with point-to-point messages; return the bytes sent.
+                    exchange: Callable[[torch.Tensor, int, torch.Tensor, int], Any]) -> int:
+    """Sum ``tensor`` over ``world_size`` ranks in place with point-to-point messages; return the bytes it sent.
 
-    ``send(chunk, to_rank)`` starts sending one chunk and may return a request to wait on
-    (``torch.distributed.isend`` does: every rank sends before it receives, so a send must not wait for the
-    receiver); ``recv(buffer, from_rank)`` receives one (``torch.distributed.recv``). The tensor is cut into n
-    chunks along its flattened length (it must divide by n). Reduce-scatter: in step s, rank r sends chunk (r - s)
-    mod n to rank r + 1 and adds what rank r - 1 sends into chunk (r - s - 1) mod n; after n - 1 steps rank r holds
-    the whole sum of chunk (r + 1) mod n. All-gather: the sums travel round the ring the same way, n - 1 steps, each
-    replacing a chunk. Each rank sends 2(n - 1) chunks, 2(n - 1)/n of the tensor's bytes.
+    ``exchange(outgoing, to_rank, incoming, from_rank)`` sends one chunk to the next rank while it receives one
+    from the previous rank into ``incoming`` (``dist_exchange`` does it with ``torch.distributed``; the tests
+    with queues). The tensor is cut into n chunks along its flattened length (``tensor_split``: the first ones
+    one element longer where n does not divide it). Reduce-scatter: in step s, rank r sends chunk (r - s) mod n
+    and adds what it receives into chunk (r - s - 1) mod n; after n - 1 steps rank r holds the whole sum of chunk
+    (r + 1) mod n. All-gather: the sums travel round the ring the same way, n - 1 steps, each replacing a chunk.
+    Each rank sends 2(n - 1) chunks: 2(n - 1)/n of the tensor's bytes when n divides it.
     """
     if world_size < 2 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} of {world_size}: a ring needs 2 or more ranks and a rank among them")
-    flat = tensor.view(-1)
-    if flat.numel() % world_size:
-        raise ValueError(f"{flat.numel()} elements do not split into {world_size} equal chunks")
-    chunks = flat.chunk(world_size)
+    chunks = list(tensor.view(-1).tensor_split(world_size))
     after, before = (rank + 1) % world_size, (rank - 1) % world_size
-    buffer = torch.empty_like(chunks[0])
     sent = 0
     for phase in ("reduce-scatter", "all-gather"):
         for step in range(world_size - 1):
-            shift = step if phase == "reduce-scatter" else step - 1
-            outgoing, incoming = chunks[(rank - shift) % world_size], chunks[(rank - shift - 1) % world_size]
-            request = send(outgoing, after)
-            sent += outgoing.numel() * outgoing.element_size()
-            recv(buffer, before)
-            if request is not None:
-                request.wait()
+            out = (rank - step + (phase == "all-gather")) % world_size  # the chunk this rank passes on
+            into = (out - 1) % world_size  # the chunk it receives from the previous rank
+            incoming = torch.empty_like(chunks[into])
+            exchange(chunks[out], after, incoming, before)
+            sent += chunks[out].numel() * chunks[out].element_size()
             if phase == "reduce-scatter":
-                incoming += buffer
+                chunks[into] += incoming
             else:
-                incoming.copy_(buffer)
+                chunks[into].copy_(incoming)
     return sent
+
+
+def dist_exchange(outgoing: torch.Tensor, to_rank: int, incoming: torch.Tensor, from_rank: int) -> None:
+    """``ring_all_reduce``'s exchange over ``torch.distributed``: the send and the receive issued in one batch
+    (with NCCL, a send and a receive issued apart may wait on each other)."""
+    import torch.distributed as dist
+
+    for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, to_rank),
+                                           dist.P2POp(dist.irecv, incoming, from_rank)]):
+        request.wait()

@@ -296,3 +296,23 @@ def course_operations(device: torch.device | str = "cpu") -> list[Operation]:
     operations.append(Operation("MLP step 512-2048-512", mlp_step_flops(batch, sizes)["total"],
                                 4 * (3 * weights + 2 * activations), mlp_step))
     return operations
+
+
+def measure_machine(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024,
+                    numel: int = 1 << 24) -> tuple[float, float]:
+    """Measure ``device``'s roofline: (peak FLOP/s, bandwidth in bytes/s).
+
+    The peak is what a ``size`` x ``size`` matrix product in ``dtype`` reaches (2·size³ FLOPs over its median
+    time), the bandwidth what an add of two float32 tensors of ``numel`` numbers reaches (12 bytes per number).
+    Both are timed in this one call, so that a busy machine is as busy for both: their ratio, the ridge point,
+    moves less than either.
+    """
+    from .timing import measure  # torch.utils.benchmark, imported on first use
+
+    _positive(size=size, numel=numel)
+    device = torch.device(device)
+    x, y = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
+    a, b = torch.randn(numel, device=device), torch.randn(numel, device=device)
+    matmul = measure(lambda: x @ y).median
+    add = measure(lambda: a + b).median
+    return 2 * size**3 / matmul, 12 * numel / add

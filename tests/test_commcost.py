@@ -21,14 +21,12 @@ def run_ring(world_size: int, numel: int) -> tuple[list[torch.Tensor], list[torc
     errors = []
 
     def rank_main(rank: int) -> None:
-        def send(chunk, to):
-            links[rank, to].put(chunk.clone())
-
-        def recv(buffer, source):
-            buffer.copy_(links[source, rank].get(timeout=10))
+        def exchange(outgoing, to, incoming, source):
+            links[rank, to].put(outgoing.clone())
+            incoming.copy_(links[source, rank].get(timeout=10))
 
         try:
-            sent[rank] = commcost.ring_all_reduce(results[rank], rank, world_size, send, recv)
+            sent[rank] = commcost.ring_all_reduce(results[rank], rank, world_size, exchange)
         except Exception as error:  # reported below, in the test's thread
             errors.append(error)
 
@@ -39,6 +37,13 @@ def run_ring(world_size: int, numel: int) -> tuple[list[torch.Tensor], list[torc
         thread.join()
     assert not errors
     return inputs, results, sent
+
+
+def test_a_tensor_that_does_not_divide_is_summed_in_uneven_chunks():
+    inputs, results, sent = run_ring(3, 10)  # chunks of 4, 3 and 3 numbers
+    for result in results:
+        torch.testing.assert_close(result, torch.stack(inputs).sum(0))
+    assert sum(sent) == 2 * 2 * 10 * 4  # each chunk is sent twice round the ring, 2 x (n - 1) sends of each
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -88,7 +93,7 @@ def test_exposed_communication_is_what_computation_does_not_cover():
     (lambda: commcost.bytes_sent_per_rank("broadcast", 2, 8), "all_reduce, all_gather"),
     (lambda: commcost.bytes_sent_per_rank("all_reduce", 1, 8), "at least 2 ranks"),
     (lambda: commcost.bytes_sent_per_rank("all_reduce", 2, 0), "must be positive"),
-    (lambda: commcost.ring_all_reduce(torch.zeros(5), 0, 2, print, print), "do not split"),
+    (lambda: commcost.ring_all_reduce(torch.zeros(4), 2, 2, print), "a rank among them"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

@@ -10,9 +10,9 @@ all_gather's result, reduce_scatter's input, all_to_all's input), every rank run
 
     time all_reduce 1048576 0.000412
 
-Then ``d2l_ext.commcost.ring_all_reduce`` sums a tensor of 12 x 5 x n float32 numbers with ``isend`` and ``recv``:
-every rank's result must equal ``dist.all_reduce``'s, and every rank must have sent exactly 2(n - 1)/n of its
-bytes. Rank 0 prints what each rank sent.
+Then ``d2l_ext.commcost.ring_all_reduce`` (chapter 9's) sums a tensor of 12 x 5 x n float32 numbers with ``isend``
+and ``irecv``: every rank's result must equal ``dist.all_reduce``'s, and every rank must have sent exactly
+2(n - 1)/n of its bytes. Rank 0 prints what each rank sent.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from d2l_ext.commcost import ring_all_reduce
+from d2l_ext.commcost import dist_exchange, ring_all_reduce
 from d2l_ext.launch import from_every_rank, join, leave, say
 
 # torch 2.14 renamed all_gather_into_tensor and reduce_scatter_tensor (the old names warn); Colab's 2.11 has only those
@@ -84,8 +84,7 @@ def main() -> None:
     tensor = torch.randn(12 * 5 * n, device=device)
     expected = tensor.clone()
     dist.all_reduce(expected)
-    sent = ring_all_reduce(tensor, dist.get_rank(), n, send=lambda chunk, to: dist.isend(chunk, to),
-                           recv=lambda buffer, source: dist.recv(buffer, source))
+    sent = ring_all_reduce(tensor, dist.get_rank(), n, dist_exchange)
     equal = from_every_rank(bool(torch.allclose(tensor, expected, rtol=0, atol=1e-5)))
     every_sent = from_every_rank(sent)
     nbytes = tensor.numel() * tensor.element_size()

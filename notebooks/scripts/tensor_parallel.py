@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from d2l_ext import commcost
 from d2l_ext.launch import from_every_rank, join, leave, say
 
 if TYPE_CHECKING:
@@ -83,25 +84,10 @@ def styles(plan: dict[str, str]) -> dict[str, ParallelStyle]:
 
 
 def ring_all_reduce(tensor: torch.Tensor, where: str) -> torch.Tensor:
-    """Sum ``tensor`` over the ranks in place, as a ring: n - 1 steps that leave each rank one summed chunk
-    (reduce-scatter), n - 1 that pass the sums round (all-gather). Records the bytes this rank sent in SENT."""
-    n, rank = dist.get_world_size(), dist.get_rank()
-    chunks, sent = list(tensor.view(-1).tensor_split(n)), 0
-    right, left = (rank + 1) % n, (rank - 1) % n
-    for phase in ("reduce-scatter", "all-gather"):
-        for step in range(n - 1):
-            out = (rank - step + (phase == "all-gather")) % n  # the chunk this rank passes on
-            into = (out - 1) % n  # the chunk it receives from the left
-            incoming = torch.empty_like(chunks[into])
-            # sent and received in one batch: with NCCL, a send and a receive issued apart may wait on each other
-            for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, chunks[out], right),
-                                                   dist.P2POp(dist.irecv, incoming, left)]):
-                request.wait()
-            sent += chunks[out].numel() * chunks[out].element_size()
-            if phase == "reduce-scatter":
-                chunks[into] += incoming
-            else:
-                chunks[into].copy_(incoming)
+    """Sum ``tensor`` over the ranks in place, as a ring (d2l_ext.commcost.ring_all_reduce): n - 1 steps that leave
+    each rank one summed chunk (reduce-scatter), n - 1 that pass the sums round (all-gather). Records the bytes
+    this rank sent in SENT."""
+    sent = commcost.ring_all_reduce(tensor, dist.get_rank(), dist.get_world_size(), commcost.dist_exchange)
     SENT.append((where, sent))
     return tensor
 
