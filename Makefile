@@ -131,9 +131,7 @@ check-timing: env
 # Every notebook run as Binder runs it (tools/check_memory.py): a fresh kernel, no test runner in its memory, the
 # kernel and every process it starts in Binder's 2 GiB less 200 MB for the Jupyter server, under the system's own
 # limit (a cgroup, or systemd-run) where it allows one. Reports each notebook's peaks and the cells that hold them.
-# CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and README.md. CI gives
-# "--python .venv/bin/python --python .venv-shadow/bin/python": two notebooks at a time, the second kernel from a
-# copy of .venv whose libraries are files of its own (tools/venv_disk.py shadow), so neither is charged less
+# CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and README.md
 CHECK_MEMORY_ARGS ?=
 check-memory: env
 	$(BIN)/python tools/check_memory.py $(CHECK_MEMORY_ARGS)

@@ -154,7 +154,6 @@ def shadow(source: Path, target: Path) -> int:
     its own site-packages: its interpreter and the standard library's compiled modules (``lib-dynload``) are then
     files of the shadow's as well. Its libpython stays shared: the process that starts the kernels maps it, so it
     is charged to no kernel, with or without a shadow."""
-    source, target = Path(source).resolve(), Path(target).resolve()  # the links and pyvenv.cfg hold absolute paths
     shutil.rmtree(target, ignore_errors=True)
     copied = _mirror(source, target)
     config = target / "pyvenv.cfg"
