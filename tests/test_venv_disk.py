@@ -87,32 +87,3 @@ def test_a_shadow_venv_has_its_own_shared_objects_and_links_the_rest(tmp_path):
     assert os.readlink(target / "bin" / "python") == "/usr/bin/python3"
     assert (mirror / "torch" / "lib64").is_symlink()
     assert not (target / "stale").exists()
-
-
-def test_a_shadow_venv_runs_on_a_mirror_of_its_python_without_the_bases_site_packages(tmp_path):
-    base, source, target = tmp_path / "pyenv" / "3.11.7", tmp_path / ".venv", tmp_path / ".venv-shadow"
-    library = base / "lib" / "python3.11"
-    for relative, data in {"bin/python3.11": b"interpreter", "lib/python3.11/os.py": b"stdlib",
-                           "lib/python3.11/lib-dynload/_decimal.cpython-311.so": b"compiled",
-                           "lib/python3.11/site-packages/big/__init__.py": b"not the venv's"}.items():
-        (base / relative).parent.mkdir(parents=True, exist_ok=True)
-        (base / relative).write_bytes(data)
-    (source / "bin").mkdir(parents=True)
-    (source / "bin" / "python3").symlink_to(base / "bin" / "python3.11")
-    (source / "bin" / "python").symlink_to("python3")
-    (source / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\ninclude-system-site-packages = false\n"
-                                       f"version = 3.11.7\nexecutable = {base / 'bin' / 'python3.11'}\n")
-
-    copied = venv_disk.shadow(source, target)
-
-    mirror = target / "base"
-    assert copied == len(b"compiled") + len(b"interpreter")
-    assert os.path.samefile(mirror / "lib/python3.11/os.py", library / "os.py")
-    assert not os.path.samefile(mirror / "lib/python3.11/lib-dynload/_decimal.cpython-311.so",
-                                library / "lib-dynload/_decimal.cpython-311.so")
-    assert not (mirror / "lib/python3.11/site-packages").exists()
-    assert os.readlink(target / "bin" / "python3") == str(mirror / "bin" / "python3.11")
-    assert os.readlink(target / "bin" / "python") == "python3"  # a relative link stays
-    config = (target / "pyvenv.cfg").read_text()
-    assert f"home = {mirror / 'bin'}\n" in config and f"executable = {mirror / 'bin' / 'python3.11'}\n" in config
-    assert (source / "pyvenv.cfg").read_text().startswith(f"home = {base / 'bin'}")  # the source's is untouched

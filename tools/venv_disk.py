@@ -122,9 +122,11 @@ def is_shared_object(path: Path) -> bool:
     return path.name.endswith(".so") or ".so." in path.name
 
 
-def _mirror(source: Path, target: Path, skip: Path | None = None) -> int:
-    """Make ``target`` hold ``source``'s files: shared objects copied, other files hard-linked, symbolic links
-    made again; ``skip``, a folder inside ``source``, left out. Return the bytes copied."""
+def shadow(source: Path, target: Path) -> int:
+    """Make ``target`` a venv with ``source``'s files: its shared objects copied, every other file hard-linked and
+    every symbolic link made again (see the module's docstring); return the bytes copied. A ``target`` there
+    already is replaced."""
+    shutil.rmtree(target, ignore_errors=True)
     copied = 0
     for folder, subfolders, files in os.walk(source):
         here = Path(folder)
@@ -132,9 +134,7 @@ def _mirror(source: Path, target: Path, skip: Path | None = None) -> int:
         there.mkdir(parents=True, exist_ok=True)
         for name in [*subfolders, *files]:
             origin, copy = here / name, there / name
-            if origin == skip:
-                subfolders.remove(name)
-            elif origin.is_symlink():
+            if origin.is_symlink():
                 copy.symlink_to(os.readlink(origin))
                 if name in subfolders:
                     subfolders.remove(name)  # not walked through: the link is made
@@ -143,39 +143,6 @@ def _mirror(source: Path, target: Path, skip: Path | None = None) -> int:
                 copied += origin.stat().st_size
             elif name in files:
                 os.link(origin, copy)
-    return copied
-
-
-def shadow(source: Path, target: Path) -> int:
-    """Make ``target`` a venv with ``source``'s files (see the module's docstring); return the bytes copied. A
-    ``target`` there already is replaced.
-
-    The Python the venv was made from (``home`` in its pyvenv.cfg) is mirrored too, into ``target/base``, without
-    its own site-packages: its interpreter and the standard library's compiled modules (``lib-dynload``) are then
-    files of the shadow's as well. Its libpython stays shared: the process that starts the kernels maps it, so it
-    is charged to no kernel, with or without a shadow."""
-    shutil.rmtree(target, ignore_errors=True)
-    copied = _mirror(source, target)
-    config = target / "pyvenv.cfg"
-    if not config.is_file():
-        return copied
-    settings = dict(line.split(" = ", 1) for line in config.read_text().splitlines() if " = " in line)
-    executable = Path(settings.get("executable") or Path(settings["home"]) / "python3").resolve()
-    base = executable.parent.parent
-    version = f"python{settings['version'].rsplit('.', 1)[0]}" if "version" in settings else executable.name
-    library = base / "lib" / version
-    copied += _mirror(library, target / "base" / "lib" / version, skip=library / "site-packages")
-    (target / "base" / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(executable, target / "base" / "bin" / executable.name)
-    copied += executable.stat().st_size
-    settings["home"] = str(target / "base" / "bin")
-    settings["executable"] = str(target / "base" / "bin" / executable.name)
-    config.unlink()  # a hard link to source's: replaced, not written through
-    config.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
-    for link in (target / "bin").iterdir():
-        if link.is_symlink() and Path(os.readlink(link)).is_absolute():
-            link.unlink()
-            link.symlink_to(target / "base" / "bin" / executable.name)
     return copied
 
 
