@@ -8,7 +8,6 @@ under the fallback that watches the process tree everywhere.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import nbformat
@@ -170,22 +169,3 @@ def test_a_systemd_scope_is_asked_for_the_limit_and_read_from_its_cgroup(monkeyp
     scope.started(12345)
     assert scope.cgroup == tmp_path and scope.kernel_pid == 12345
     assert scope.usage() == 500 and scope.oom_kills() == 1
-
-
-def test_with_two_interpreters_two_notebooks_run_at_once_each_kernel_started_by_its_own(tmp_path, capsys):
-    # each notebook writes the interpreter its kernel was started with (argv[0]) and when it ran
-    body = ("import pathlib, time\n"
-            "argv0 = pathlib.Path('/proc/self/cmdline').read_bytes().split(b'\\0')[0].decode()\n"
-            "start = time.time(); time.sleep(2)\n"
-            "pathlib.Path({out!r}).write_text(f'{{argv0}} {{start}} {{time.time()}}')")
-    paths = [notebook(tmp_path / f"n{i}.ipynb", body.format(out=str(tmp_path / f"n{i}.txt"))) for i in range(2)]
-    pythons = [sys.executable, str(Path(sys.executable).parent / "." / Path(sys.executable).name)]
-    arguments = [str(p) for p in paths] + ["--no-limit", "--report", str(tmp_path / "report.md")]
-    for python in pythons:
-        arguments += ["--python", python]
-    assert cm.main(arguments) == 0
-    assert "2 notebooks at a time" in capsys.readouterr().out
-    runs = [(tmp_path / f"n{i}.txt").read_text().rsplit(" ", 2) for i in range(2)]
-    assert sorted(run[0] for run in runs) == sorted(pythons)
-    (_, start0, end0), (_, start1, end1) = ((a, float(b), float(c)) for a, b, c in runs)
-    assert max(start0, start1) < min(end0, end1)  # they overlapped

@@ -60,30 +60,3 @@ def test_dedupe_links_only_files_equal_byte_for_byte(tmp_path):
 
 def test_free_gib_reads_the_nearest_existing_folder(tmp_path):
     assert venv_disk.free_gib(tmp_path / "not" / "made" / "yet") > 0
-
-
-def test_a_shadow_venv_has_its_own_shared_objects_and_links_the_rest(tmp_path):
-    source, target = tmp_path / ".venv", tmp_path / ".venv-shadow"
-    site = source / "lib" / "python3.11" / "site-packages"
-    files = {"torch/lib/libtorch_cpu.so": b"code", "nvidia/lib/libcudnn.so.9": b"more code",
-             "torch/_C.cpython-311-x86_64-linux-gnu.so": b"extension", "torch/__init__.py": b"import this",
-             "torch/version.py": b"v"}
-    for relative, data in files.items():
-        (site / relative).parent.mkdir(parents=True, exist_ok=True)
-        (site / relative).write_bytes(data)
-    (source / "bin").mkdir()
-    (source / "bin" / "python").symlink_to("/usr/bin/python3")
-    (site / "torch" / "lib64").symlink_to("lib")  # a link to a folder is made again, not walked through
-    (target / "stale").mkdir(parents=True)
-
-    copied = venv_disk.shadow(source, target)
-
-    mirror = target / "lib" / "python3.11" / "site-packages"
-    for relative, data in files.items():
-        assert (mirror / relative).read_bytes() == data
-        same = os.path.samefile(site / relative, mirror / relative)
-        assert same == (not venv_disk.is_shared_object(Path(relative))), relative
-    assert copied == len(b"code") + len(b"more code") + len(b"extension")
-    assert os.readlink(target / "bin" / "python") == "/usr/bin/python3"
-    assert (mirror / "torch" / "lib64").is_symlink()
-    assert not (target / "stale").exists()

@@ -4,9 +4,7 @@ Binder gives a learner 2 GiB for the Jupyter server, the kernel and every proces
 runs each notebook (chapters and solutions; the editions run the same code) the way a learner's Run All does: a
 fresh kernel, driven by a notebook client, with no test runner in its memory. The kernel and every process it
 starts run in a memory limit of 2 GiB less 200 MB, the 200 MB being left for the Jupyter server (the client here
-stays outside the limit, in the server's share). Notebooks run one at a time, or one at a time with each
-interpreter given with ``--python`` (CI gives two: .venv's and a shadow of it whose shared objects are files of
-its own, tools/venv_disk.py shadow, so that no kernel is charged less because the other loaded its libraries).
+stays outside the limit, in the server's share). Notebooks run one at a time.
 
 The limit is the operating system's own where the machine lets us set one:
 - a cgroup (version 1, or version 2 where the memory controller is delegated to us) made for each notebook;
@@ -29,7 +27,7 @@ the kernel or a launched process is killed for memory, the tree goes over the li
 budget; and it names a notebook it could not run. ``--record`` writes the figures to
 ``d2l_ext/memory_peaks.json`` (which ``make doctor`` reads) and to the README's memory table.
 
-Usage: python tools/check_memory.py [NOTEBOOK or FOLDER ...] [--no-limit] [--record] [--python PYTHON ...]
+Usage: python tools/check_memory.py [NOTEBOOK or FOLDER ...] [--no-limit] [--record]
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ import argparse
 import datetime
 import json
 import os
-import queue
 import re
 import shutil
 import signal
@@ -47,7 +44,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,16 +383,12 @@ class Result:
 
 
 class LimitedKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel starts inside a limit, with a given Python (another venv's) if told."""
+    """A kernel manager whose kernel starts inside a limit."""
 
     limit_prefix: list[str] = []
-    python: str | None = None
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        command = super().format_kernel_cmd(extra_arguments)
-        if self.python and command and command[0] == sys.executable:
-            command = [self.python, *command[1:]]
-        return self.limit_prefix + command
+        return self.limit_prefix + super().format_kernel_cmd(extra_arguments)
 
 
 def cell_name(notebook: nbformat.NotebookNode, index: int | None) -> str:
@@ -451,11 +443,10 @@ def vmhwm(pid: int, field: str = "VmHWM") -> int | None:
 
 def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LIMIT,
                  kernel_budget: int = KERNEL_BUDGET, timeout: int = CELL_TIMEOUT_S,
-                 drop_cache: bool = True, python: str | None = None) -> Result:
+                 drop_cache: bool = True) -> Result:
     """Run ``path`` top to bottom in a fresh kernel inside the limit; return its peaks and problems.
 
     ``drop_cache``: empty the page cache first where this process may (the tests do not, to spare the machine).
-    ``python``: the kernel's interpreter (another venv's), where not this process's.
     """
     result = Result(notebook=str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
     try:
@@ -473,7 +464,6 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
         drop_page_cache()
     kernel = LimitedKernelManager(kernel_name="python3")
     kernel.limit_prefix = held.prefix()
-    kernel.python = python
     current: list[int | None] = [None]
     peaks = result.cells
     kept = result.kept
@@ -624,10 +614,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the peaks to d2l_ext/memory_peaks.json and the README")
     parser.add_argument("--cells", action="store_true", help="print each cell's peaks too")
     parser.add_argument("--report", type=Path, default=REPO / "build" / "check-memory.md")
-    parser.add_argument("--python", action="append", default=[], metavar="PYTHON",
-                        help="run a notebook at a time with each of these interpreters (default: this one); each "
-                             "other than the first must be a venv whose shared objects are its own files "
-                             "(tools/venv_disk.py shadow), or the kernels share their libraries' pages")
     args = parser.parse_args(argv)
     make_limit, how = choose_limit(args.no_limit)
     print(how, flush=True)
@@ -639,18 +625,8 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     paths = expand(args.notebooks) if args.notebooks else default_notebooks()
 
-    pythons: queue.Queue[str | None] = queue.Queue()
-    for python in args.python or [None]:
-        pythons.put(python)
-    if len(args.python) > 1:
-        print(f"{len(args.python)} notebooks at a time, one with each of: {', '.join(args.python)}", flush=True)
-
     def one(path: Path) -> Result:
-        python = pythons.get()  # a free interpreter: one notebook at a time with each
-        try:
-            result = run_notebook(path, make_limit, args.limit, args.kernel_budget, python=python)
-        finally:
-            pythons.put(python)
+        result = run_notebook(path, make_limit, args.limit, args.kernel_budget)
         state = "passes" if result.ok else "FAILS: " + "; ".join(result.problems)
         if args.cells:
             notebook = nbformat.read(path, as_version=4)
@@ -662,8 +638,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{mib(result.tree_peak)}, {result.seconds:.0f} s: {state}", flush=True)
         return result
 
-    with ThreadPoolExecutor(max_workers=pythons.qsize()) as pool:
-        results = list(pool.map(one, paths))
+    results = [one(path) for path in paths]
     report = f"# make check-memory\n\n{how}\n\n{table(results)}\n"
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(report, encoding="utf-8")

@@ -135,13 +135,9 @@ def find_python(name: str) -> str | None:
     return None
 
 
-def drift_log_of(variant: Variant, log_folder: Path) -> Path:
-    return log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
-
-
 def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
     result = Result(variant)
-    drift_log = drift_log_of(variant, log_folder)
+    drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
     # Idle OpenMP threads sleep instead of spinning: two notebooks at once, each with several threads, oversubscribe
     # the cores, and spinning threads take them from the working ones (the 4-thread run here: 209 s, 145 s with
     # this). How a thread waits changes no result, only where the time goes.
@@ -295,13 +291,9 @@ def main(argv: list[str]) -> int:
             parser.error(f"no variant matches {args.only!r}; see --list")
     if args.build_only:
         return build_only(chosen)
-    # the logs of this run's variants: their last run's are removed (a run of other variants may be going on)
-    log_folder = REPO / "build" / "test-matrix-logs"
-    log_folder.mkdir(parents=True, exist_ok=True)
-    for variant in chosen:
-        drift_log = drift_log_of(variant, log_folder)
-        drift_log.unlink(missing_ok=True)
-        drift_log.with_suffix(".log").unlink(missing_ok=True)
+    log_folder = REPO / "build" / "test-matrix-logs"  # this run's only: the last run's are removed
+    shutil.rmtree(log_folder, ignore_errors=True)
+    log_folder.mkdir(parents=True)
     results = []
     for variant in chosen:
         print(f"running the notebooks with {variant.name} ...", flush=True)

@@ -12,16 +12,7 @@ libraries, which are the same files for every Python. Two steps make a new envir
 
 `free_gib` tells the callers whether a new environment fits; they say what they do when it does not.
 
-`shadow SOURCE TARGET` makes the opposite for `make check-memory`: TARGET, a second venv with SOURCE's packages
-whose shared objects (`*.so`, `*.so.N`: torch's and NVIDIA's libraries, every compiled extension) are copies of
-their own, everything else hard links. A page of a file that two processes map is charged to the memory limit of
-the one that read it first; two kernels started from the same venv at once would share their libraries' pages, and
-one would be charged less than it holds alone. A kernel from TARGET maps no file that a kernel from SOURCE maps
-(but the system's own libraries, which every process maps and no notebook is charged for), so that two notebooks
-can be measured at once, each charged what a Binder container would charge it. It takes about 5 GiB.
-
 Usage: python tools/venv_disk.py seed|dedupe SOURCE_VENV   (with the target environment's Python)
-       python tools/venv_disk.py shadow SOURCE_VENV TARGET_VENV
 """
 
 from __future__ import annotations
@@ -117,40 +108,7 @@ def dedupe(source: Path, target: Path, smallest: int = 1 << 20) -> int:
     return saved
 
 
-def is_shared_object(path: Path) -> bool:
-    """A file a process maps as code: ``libtorch_cpu.so``, ``libcudnn.so.9``, ``_C.cpython-311-x86_64-linux-gnu.so``."""
-    return path.name.endswith(".so") or ".so." in path.name
-
-
-def shadow(source: Path, target: Path) -> int:
-    """Make ``target`` a venv with ``source``'s files: its shared objects copied, every other file hard-linked and
-    every symbolic link made again (see the module's docstring); return the bytes copied. A ``target`` there
-    already is replaced."""
-    shutil.rmtree(target, ignore_errors=True)
-    copied = 0
-    for folder, subfolders, files in os.walk(source):
-        here = Path(folder)
-        there = target / here.relative_to(source)
-        there.mkdir(parents=True, exist_ok=True)
-        for name in [*subfolders, *files]:
-            origin, copy = here / name, there / name
-            if origin.is_symlink():
-                copy.symlink_to(os.readlink(origin))
-                if name in subfolders:
-                    subfolders.remove(name)  # not walked through: the link is made
-            elif name in files and is_shared_object(origin):
-                shutil.copy2(origin, copy)
-                copied += origin.stat().st_size
-            elif name in files:
-                os.link(origin, copy)
-    return copied
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "shadow":
-        copied = shadow(Path(argv[1]), Path(argv[2]))
-        print(f"venv_disk shadow: {argv[2]} made from {argv[1]}, {copied / 2**30:.1f} GiB of shared objects copied")
-        return 0
     if len(argv) != 2 or argv[0] not in ("seed", "dedupe"):
         print((__doc__ or "").split("Usage: ")[-1].strip(), file=sys.stderr)
         return 2
