@@ -169,3 +169,20 @@ def test_a_systemd_scope_is_asked_for_the_limit_and_read_from_its_cgroup(monkeyp
     scope.started(12345)
     assert scope.cgroup == tmp_path and scope.kernel_pid == 12345
     assert scope.usage() == 500 and scope.oom_kills() == 1
+
+
+def test_each_kernel_starts_with_empty_compile_caches_of_its_own(tmp_path):
+    # the kernel writes where torch.compile would cache, and whether that folder exists yet
+    body = ("import json, os, pathlib\n"
+            "folders = [os.environ[n] for n in ('TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR')]\n"
+            "pathlib.Path({out!r}).write_text(json.dumps([(f, os.path.exists(f)) for f in folders]))")
+    seen = []
+    for index in range(2):
+        out = tmp_path / f"caches{index}.txt"
+        result = run(notebook(tmp_path / f"c{index}.ipynb", body.format(out=str(out))), cm.Limit)
+        assert result.ok, result.problems
+        seen.append(json.loads(out.read_text()))
+    folders = [folder for run_seen in seen for folder, _ in run_seen]
+    assert all(not existed for run_seen in seen for _, existed in run_seen)  # empty: not even made yet
+    assert len(set(folders)) == 4  # each kernel its own
+    assert not any(Path(folder).parent.exists() for folder in folders)  # removed with the kernel

@@ -22,6 +22,10 @@ Reported for each notebook, with the cell that brought each peak:
   each notebook, so that the libraries a kernel loads are charged to it, as in a fresh Binder container; where
   it may not, pages cached before are charged elsewhere, and the figure is at least the kernel's own peak.
 
+Each kernel starts with empty compile caches (TorchInductor's and Triton's, which ``torch.compile`` fills), as in
+a fresh Binder container: with the caches a `make test` before had filled, chapter 7 measured 951 MiB; with empty
+ones, 1,178 MiB, the compile workers it then starts included (2026-11-27).
+
 It fails, naming the notebook and the cell, where a cell raises (cells tagged ``raises-exception`` excepted),
 the kernel or a launched process is killed for memory, the tree goes over the limit, or the kernel over its
 budget; and it names a notebook it could not run. ``--record`` writes the figures to
@@ -41,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -441,6 +446,13 @@ def vmhwm(pid: int, field: str = "VmHWM") -> int | None:
     return int(match[1]) * 1024 if match else None
 
 
+def cold_caches(folder: str) -> dict[str, str]:
+    """Environment variables that give a kernel (and what it starts) empty compile caches under ``folder``:
+    TorchInductor's and Triton's, which ``torch.compile`` fills and reads, as a fresh Binder container has them."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
+            "TRITON_CACHE_DIR": os.path.join(folder, "triton")}
+
+
 def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LIMIT,
                  kernel_budget: int = KERNEL_BUDGET, timeout: int = CELL_TIMEOUT_S,
                  drop_cache: bool = True) -> Result:
@@ -500,6 +512,7 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
             # the tree holds the kernel: a lower charge means the kernel's pages were charged elsewhere
             entry[1] = max(entry[1], entry[0])
 
+    caches = tempfile.TemporaryDirectory(prefix="d2l-check-memory-caches-")  # removed with the kernel
     client = NotebookClient(notebook, km=kernel, timeout=timeout, record_timing=False, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}}, on_cell_execute=before)
     start = time.perf_counter()
@@ -507,7 +520,7 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
     sampler = threading.Thread(target=sample, daemon=True)
     kills = 0
     try:
-        client.execute()
+        client.execute(env={**os.environ, **cold_caches(caches.name)})
         close_cell()
     except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as error:
         close_cell()
@@ -536,6 +549,7 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
         if kernel.has_kernel:
             run_sync(kernel.shutdown_kernel)(now=True)
         held.close()
+        caches.cleanup()
     result.seconds = time.perf_counter() - start
     if kills > 0 and not any("for memory" in p for p in result.problems):
         result.problems.append(f"the system killed {kills} process(es) for memory (the limit, {mib(limit)})")
