@@ -307,12 +307,19 @@ def measure_machine(device: torch.device | str = "cpu", dtype: torch.dtype = tor
     Both are timed in this one call, so that a busy machine is as busy for both: their ratio, the ridge point,
     moves less than either.
     """
-    from .timing import measure  # torch.utils.benchmark, imported on first use
+    from . import timing  # torch.utils.benchmark, imported on first use
 
     _positive(size=size, numel=numel)
     device = torch.device(device)
     x, y = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
     a, b = torch.randn(numel, device=device), torch.randn(numel, device=device)
-    matmul = measure(lambda: x @ y).median
-    add = measure(lambda: a + b).median
+
+    def seconds(work: Callable[[], object]) -> float:
+        def run() -> None:  # each run waits for the device: torch.utils.benchmark synchronizes CUDA only, not MPS
+            work()
+            timing.synchronize(device)
+
+        return timing.measure(run).median
+
+    matmul, add = seconds(lambda: x @ y), seconds(lambda: a + b)
     return 2 * size**3 / matmul, 12 * numel / add

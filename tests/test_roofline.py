@@ -146,3 +146,13 @@ def test_a_training_run_and_a_decode_speed_from_the_table():
     assert roofline.training_seconds(8e9, 1e6, 8, "H100", "bfloat16", 0.4) == pytest.approx(15.16, abs=0.01)
     assert roofline.decode_tokens_per_second(7e9, "bfloat16", "H100") == pytest.approx(3.35e12 / 14e9)
     assert roofline.decode_tokens_per_second(7e9, "float16", "T4") == pytest.approx(320e9 / 14e9)  # about 23
+
+
+def test_measuring_the_machine_waits_for_the_device_in_every_run(monkeypatch):
+    from d2l_ext import timing
+
+    waits = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: waits.append(torch.device(device)))
+    peak, bandwidth = roofline.measure_machine("cpu", size=32, numel=1024)
+    assert peak > 0 and bandwidth > 0
+    assert len(waits) >= 4 and set(waits) == {torch.device("cpu")}  # warm-up and timed runs, matmul and add
