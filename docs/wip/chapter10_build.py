@@ -297,7 +297,7 @@ $t = \text{steps} \cdot \alpha + \text{bytes sent} / \beta$.
 | all-gather, reduce-scatter, all-to-all | $n-1$ | $(n-1)/n \cdot S$ |
 
 `scripts/collectives.py` times the four on 2 processes, from 1 KiB to 64 MiB, and runs a ring all-reduce
-written with `isend` and `recv` (`commcost.ring_all_reduce`) against `dist.all_reduce`.
+written with `isend` and `irecv` (`commcost.ring_all_reduce`, chapter 9's) against `dist.all_reduce`.
 """),
     code("comm-run", r"""
 # about 25 s; prints one line per collective and size (medians of 5 runs)
