@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from .diagrams import bucket_schedule
+from .simqueue import SimulatedDevice
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -162,3 +163,37 @@ def dist_exchange(outgoing: torch.Tensor, to_rank: int, incoming: torch.Tensor, 
     for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, to_rank),
                                            dist.P2POp(dist.irecv, incoming, from_rank)]):
         request.wait()
+
+
+def simulate_backward(backward: Sequence[float], after: Sequence[tuple[str, float, int]] = (),
+                      before: Sequence[tuple[str, float, int]] = ()) -> SimulatedDevice:
+    """Play a backward pass and its collectives on a ``SimulatedDevice``; return the device, to read or draw.
+
+    ``backward`` are the layers' backward times in the order autograd runs them (the last layer first), on the
+    compute engine. Each ``(name, seconds, layer)`` of ``after`` is a collective that starts once backward
+    ``layer`` is done (a DDP bucket's all-reduce, an FSDP layer's reduce-scatter); each of ``before`` one that
+    backward ``layer`` waits for (FSDP's all-gather of the layer's weights), issued while the layer before it
+    runs (prefetch). Collectives share one comm engine, in the order they are issued. The device's ``now()``
+    after ``synchronize()`` is the step's time; minus ``sum(backward)``, the communication left exposed.
+    """
+    for name, seconds, layer in (*after, *before):
+        if not 0 <= layer < len(backward):
+            raise ValueError(f"{name} names layer {layer}; the backward pass has layers 0 to {len(backward) - 1}")
+    device = SimulatedDevice()
+    gathered = {}
+
+    def gather(layer: int) -> None:
+        for name, seconds, at in before:
+            if at == layer:
+                gathered[layer] = device.launch(seconds, name, engine="comm")
+
+    gather(0)
+    for layer, seconds in enumerate(backward):
+        waits = [gathered[layer]] if layer in gathered else []
+        done = device.launch(seconds, f"backward {layer}", after=waits)
+        gather(layer + 1)  # prefetch the next layer's weights while this one runs
+        for name, comm_seconds, at in after:
+            if at == layer:
+                device.launch(comm_seconds, name, engine="comm", after=[done])
+    device.synchronize()
+    return device

@@ -21,7 +21,7 @@ know (naming the ones it knows).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -236,6 +236,34 @@ def decode_tokens_per_second(params: float, dtype: str, gpu: str) -> float:
 # ------------------------------------------------------------------------------------------- this machine's
 
 
+# This machine's ridge point (2 cores of an AMD EPYC with 32 MiB of L3), FLOP/B, under each setting CI runs the
+# notebooks with, and with one core busy: tools/measure_ridges.py, 2026-11-27 (the median of three measure_machine
+# calls each). Chapter 10 compares each operation with all of them, so that its labels hold under every setting.
+CPU_RIDGES = {
+    "make test's pins": 4.5,
+    "MKL_CBWR=COMPATIBLE": 2.0,
+    "ONEDNN_MAX_CPU_ISA=AVX2": 4.6,
+    "ATEN_CPU_CAPABILITY=default": 6.3,
+    "OMP_NUM_THREADS=1": 5.0,
+    "OMP_NUM_THREADS=4": 5.5,
+    "MKL default + ATen default + 4 threads": 5.5,
+    "MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread": 1.5,
+    "make test's pins, one core busy": 4.7,
+}
+
+
+def side_of_every(intensity: float, ridges: Iterable[float]) -> str:
+    """Return on which side of all ``ridges`` ``intensity`` lies: memory-bound below every one of them,
+    compute-bound above every one, "either side" between the lowest and the highest."""
+    ridges = list(ridges)
+    if not ridges:
+        raise ValueError("no ridge given")
+    _positive(intensity=intensity, **{f"ridge {i}": ridge for i, ridge in enumerate(ridges)})
+    if intensity < min(ridges):
+        return "memory-bound"
+    return "compute-bound" if intensity > max(ridges) else "either side"
+
+
 @dataclass(frozen=True)
 class Operation:
     """One operation of the course, its FLOPs and the least bytes it moves (float32), and a function running it."""
@@ -299,13 +327,17 @@ def course_operations(device: torch.device | str = "cpu") -> list[Operation]:
 
 
 def measure_machine(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024,
-                    numel: int = 1 << 24) -> tuple[float, float]:
+                    numel: int = 1 << 22) -> tuple[float, float]:
     """Measure ``device``'s roofline: (peak FLOP/s, bandwidth in bytes/s).
 
     The peak is what a ``size`` x ``size`` matrix product in ``dtype`` reaches (2·size³ FLOPs over its median
-    time), the bandwidth what an add of two float32 tensors of ``numel`` numbers reaches (12 bytes per number).
-    Both are timed in this one call, so that a busy machine is as busy for both: their ratio, the ridge point,
-    moves less than either.
+    time), the bandwidth what an add of two float32 tensors of ``numel`` numbers reaches (12 bytes per number),
+    written as a learner writes it, ``a + b``, at the size ``course_operations`` adds. Both are timed in this
+    one call, so that a busy machine is as busy for both: their ratio, the ridge point, moves less than either.
+
+    On a CPU the default 16 MiB tensors are larger than most caches, and small enough that the allocator reuses
+    the memory the last output freed: from 64 MiB on, glibc maps fresh pages for each new output, and touching
+    them for the first time took as long as the add itself here (3.5 GB/s against 14 with ``out=``).
     """
     from . import timing  # torch.utils.benchmark, imported on first use
 

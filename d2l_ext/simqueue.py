@@ -8,8 +8,9 @@ each operation inside the call, so none of this can be seen on a laptop.
 
 - the host has a clock; it moves only by what the host is given to do: ``host_work(seconds)``, and each
   ``launch`` (``launch_seconds`` of host time);
-- each engine (``"compute"`` and ``"copy"``, as a GPU's compute units and its copy engine) starts a kernel when
-  the kernel has been issued, the engine is free, and the work it waits for (``after=``) is done;
+- each engine (``"compute"``, ``"copy"`` and ``"comm"``: a GPU's compute units, its copy engine, the stream its
+  collectives run on) starts a kernel when the kernel has been issued, the engine is free, and the work it
+  waits for (``after=``) is done;
 - ``.item()``, ``synchronize()`` and ``Event.synchronize()`` move the host's clock forward to the moment the
   device has finished what they wait for; ``Event.query()`` and ``Event.elapsed_time()`` read the clock.
 
@@ -25,11 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-ENGINES = ("compute", "copy")
+ENGINES = ("compute", "copy", "comm")  # comm: the stream a collective runs on (NCCL's own, in DDP and FSDP)
 # lane order (top to bottom) and colour of each kind of span in plot_timeline
-LANES = ("host", "compute", "copy")
+LANES = ("host", "compute", "copy", "comm")
 COLOURS = {"launch": "tab:blue", "host work": "tab:gray", "waiting": "white", "kernel": "tab:orange",
-           "copy": "tab:green"}
+           "copy": "tab:green", "collective": "tab:purple"}
+KINDS = {"compute": "kernel", "copy": "copy", "comm": "collective"}  # the kind each engine's spans have
 
 
 def _ns(seconds: float) -> int:
@@ -135,11 +137,11 @@ class SimulatedDevice:
 
         The host's clock moves by ``launch_seconds``; the kernel starts when it has been issued, ``engine`` is
         free and every result in ``after`` is ready. ``value`` is what ``.item()`` returns (or a function that
-        gives it); ``kind`` ("kernel" or "copy", by default the engine's) only colours the timeline.
+        gives it); ``kind`` ("kernel", "copy" or "collective", by default the engine's) only colours the timeline.
         """
         if engine not in self._free_ns:
             raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-        kind = kind or ("copy" if engine == "copy" else "kernel")
+        kind = kind or KINDS[engine]
         issued = self._host_ns + _ns(self.launch_seconds)
         self._record("host", "launch", f"launch {name}", self._host_ns, issued)
         self._host_ns = issued

@@ -124,3 +124,30 @@ def test_without_a_backlog_only_the_last_bucket_is_exposed():
     assert commcost.exposed_seconds(comm[:-1], compute[1:]) == [0.0, 0.0]  # each hides behind the next backward
     assert commcost.exposed_after_backward(compute, [1, 1, 1], comm) == comm[-1]
     assert commcost.exposed_after_backward(compute, [3], [4.0]) == 4.0  # one bucket: all of it
+
+
+@pytest.mark.parametrize("compute, comm", [
+    ([4.0, 4.0, 4.0], [1.0, 1.0, 1.0]),
+    ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]),
+    ([1.0], [5.0]),
+])
+def test_the_simulated_device_exposes_what_the_schedule_says(compute, comm):
+    buckets = [(f"all-reduce {k}", seconds, k) for k, seconds in enumerate(comm)]
+    device = commcost.simulate_backward(compute, after=buckets)
+    assert device.now() - sum(compute) == commcost.exposed_after_backward(compute, [1] * len(compute), comm)
+    lanes = {span.lane for span in device.spans()}
+    assert lanes == {"host", "compute", "comm"}
+
+
+def test_fsdp_waits_for_the_first_all_gather_and_the_last_reduce_scatter_only_when_each_hides():
+    # by hand: AG0 0-1; B0 1-3; AG1 1-2 (prefetched); RS0 3-4; B1 3-5; AG2 4-5; RS1 5-6; B2 5-7; RS2 7-8
+    device = commcost.simulate_backward([2.0, 2.0, 2.0], after=[(f"RS{k}", 1.0, k) for k in range(3)],
+                                        before=[(f"AG{k}", 1.0, k) for k in range(3)])
+    spans = {span.name: (span.start, span.end) for span in device.spans() if span.lane != "host"}
+    assert spans["backward 1"] == (3.0, 5.0) and spans["AG2"] == (4.0, 5.0) and spans["RS2"] == (7.0, 8.0)
+    assert device.now() - 6.0 == 2.0  # exposed: the first all-gather and the last reduce-scatter
+
+
+def test_a_collective_must_name_a_layer_of_the_pass():
+    with pytest.raises(ValueError, match="layers 0 to 1"):
+        commcost.simulate_backward([1.0, 1.0], after=[("all-reduce", 1.0, 2)])

@@ -98,6 +98,20 @@ def test_the_roofline_is_the_slower_of_two_limits_and_bends_at_the_ridge():
     assert [roofline.bound(i, 10.0) for i in (9.99, 10.0)] == ["memory-bound", "compute-bound"]
 
 
+def test_an_operation_is_on_one_side_only_when_it_is_on_that_side_of_every_ridge():
+    ridges = [1.5, 4.5, 6.3]
+    assert [roofline.side_of_every(i, ridges) for i in (1.0, 1.5, 5.0, 6.3, 10.7)] == [
+        "memory-bound", "either side", "either side", "either side", "compute-bound"]
+    assert roofline.side_of_every(5.0, [4.5]) == roofline.bound(5.0, 4.5)  # one ridge: the roofline's own answer
+
+
+def test_the_recorded_cpu_ridges_put_the_course_operations_on_the_sides_chapter_10_teaches():
+    sides = {op.name: roofline.side_of_every(op.intensity, roofline.CPU_RIDGES.values())
+             for op in roofline.course_operations()}
+    assert [name for name, side in sides.items() if side == "memory-bound"] == ["add", "softmax", "LayerNorm"]
+    assert "either side" not in sides.values()
+
+
 def test_a_matmul_grows_more_intense_with_its_size():
     intensities = [2 * n**3 / roofline.matmul_bytes(n, n, n) for n in (64, 256, 1024)]
     assert intensities == sorted(intensities)
@@ -114,6 +128,9 @@ def test_mfu_is_model_flops_over_what_the_peak_does_in_the_step():
     (lambda: roofline.linear_flops(0, 4, 4), "batch must be positive"),
     (lambda: roofline.roofline_seconds(1.0, -1.0, 1.0, 1.0), "nbytes must be positive"),
     (lambda: roofline.mlp_step_flops(4, [8]), "at least two sizes"),
+    (lambda: roofline.side_of_every(1.0, []), "no ridge given"),
+    (lambda: roofline.side_of_every(1.0, [2.0, 0.0]), "ridge 1 must be positive"),
+    (lambda: roofline.side_of_every(0.0, [2.0]), "intensity must be positive"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

@@ -183,30 +183,44 @@ what it knows.
     md("md-10-3", r"""
 ## 10.3 This machine's roofline
 
-`roofline.measure_machine` times a 1024 × 1024 matrix product (the peak) and an add of two large
-tensors (the bandwidth) in one call. Then each operation of the course gets its FLOPs, its bytes (read
-once, written once: the least it must move) and its arithmetic intensity. Timings vary from run to run;
-the intensities are exact.
+`roofline.measure_machine` times a 1024 × 1024 matrix product (the peak) and an add of two 16 MiB
+tensors (the bandwidth) in one call. Their ratio is this machine's ridge. Timings vary from run to run, so
+this cell's numbers are not compared:
 """),
     code("machine", r"""
 peak, bandwidth = roofline.measure_machine("cpu")
 ridge = peak / bandwidth
+threads = torch.get_num_threads()
 print(f"peak {peak / 1e9:.1f} GFLOP/s, bandwidth {bandwidth / 1e9:.1f} GB/s, "
-      f"ridge {ridge:.1f} FLOP/B  ({torch.get_num_threads()} threads)")
+      f"ridge {ridge:.1f} FLOP/B  ({threads} thread{'s' if threads > 1 else ''})")
 """, tags=["nbval-ignore-output"]),
+    md("md-ridges", r"""
+How far does the ridge move? `tools/measure_ridges.py` measured it on this course's test machine (2 cores
+of an AMD EPYC) under each setting CI runs the notebooks with: one or four threads, MKL's slower
+compatible code path, ATen without vector kernels, and one core busy. It moved from 1.5 to 6.3 FLOP/B:
+"""),
+    code("ridges", r"""
+for setting, value in roofline.CPU_RIDGES.items():
+    print(f"{value:4.1f} FLOP/B  {setting}")
+""", tags=["exact"]),
+    md("md-intensities", r"""
+Now each operation of the course gets its FLOPs, its bytes (read once, written once: the least it must
+move) and its arithmetic intensity. These are exact. `roofline.side_of_every` says on which side of *every*
+ridge above an operation lies; between the lowest and the highest ridge it would say "either side":
+"""),
     code("intensities", r"""
 operations = roofline.course_operations("cpu")
-print(f"{'operation':24} {'FLOPs':>14} {'bytes':>12} {'FLOP/B':>7}  side of the ridge")
+ridges = roofline.CPU_RIDGES.values()
+print(f"{'operation':24} {'FLOPs':>14} {'bytes':>12} {'FLOP/B':>7}  side")
 for op in operations:
-    side = "(near the ridge on a CPU)" if op.name == "matmul 64" else roofline.bound(
-        op.intensity, ridge)
+    side = roofline.side_of_every(op.intensity, ridges)
     print(f"{op.name:24} {op.flops:>14,} {op.nbytes:>12,} {op.intensity:>7.2f}  {side}")
 """, tags=["exact"]),
     md("md-roofline-read", r"""
-Element-wise and row-wise operations do about one FLOP per byte or less: far below any ridge, so memory
-sets their pace on every machine. A matrix product of size $n$ does $n/6$ FLOPs per byte: from $n = 256$
-it is above this CPU's ridge. At $n = 64$ it is about 11 FLOP/B, close to a CPU's ridge (2 to 12 here,
-with the threads and code paths CI tries), so its side depends on the machine.
+Element-wise and row-wise operations do about one FLOP per byte or less: below every ridge, so memory sets
+their pace. A product of two $n \times n$ matrices does $n/6$ FLOPs per byte in float32: at $n = 64$ that is
+10.7, above every ridge measured here, though not by much. A CPU with more cores has a higher ridge (more
+compute for the same memory), and there a 64 × 64 product is memory-bound.
 
 Now time each operation and place it on the roofline. The line is the best any operation of that intensity
 can do: `roofline.attainable`.
@@ -214,28 +228,38 @@ can do: `roofline.attainable`.
     code("roofline-plot", r"""
 achieved = {op.name: op.flops / d2l_ext.measure(op.run, min_run_time=0.05).median
             for op in operations}
+# the roof is the best this machine was seen to do: load only ever makes a timing slower
+sides = {op.name: roofline.side_of_every(op.intensity, ridges) for op in operations}
+peak = max(peak, *(achieved[op.name] for op in operations if sides[op.name] == "compute-bound"))
+bandwidth = max(bandwidth, *(achieved[op.name] / op.intensity for op in operations
+                             if sides[op.name] == "memory-bound"))
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
 grid = torch.logspace(-2, 3, 100).tolist()
 ax.loglog(grid, [roofline.attainable(i, peak, bandwidth) / 1e9 for i in grid], "k-")
 for op in operations:
-    ax.plot(op.intensity, achieved[op.name] / 1e9, "o")
-    ax.annotate(op.name, (op.intensity, achieved[op.name] / 1e9), fontsize=7)
-ax.axvline(ridge, linestyle=":", color="gray")
+    ax.plot(op.intensity, achieved[op.name] / 1e9, "o", label=op.name)
+ax.axvline(peak / bandwidth, linestyle=":", color="gray")
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 ax.set_xlabel("arithmetic intensity (FLOP per byte)")
 ax.set_ylabel("GFLOP/s")
 ax.set_title("this CPU's roofline (measured; varies from run to run)", fontsize=9)
 plt.show()
+print(f"roof: peak {peak / 1e9:.1f} GFLOP/s, bandwidth {bandwidth / 1e9:.1f} GB/s")
 for op in operations:
     share = achieved[op.name] / roofline.attainable(op.intensity, peak, bandwidth)
     rate = achieved[op.name] / 1e9
     print(f"{op.name:24} {rate:7.2f} GFLOP/s, {share:4.0%} of its roof")
 """, tags=["nbval-ignore-output"]),
     md("md-plot-read", r"""
-Each point lies under the line. The large matrix products come close to the peak. The element-wise
-operations come close to the sloped part: they are as fast as memory allows, and a faster ALU would not
-help them. On a GPU the same picture has its ridge at 150 to 300 FLOP/B: there a 512 matrix product in
-16-bit ($n/3$ = 171 FLOP/B) is still memory-bound on an H100. The course's small models are far below every
-ridge, and most of their time is launch overhead (chapter 4): the GPU waits.
+The roof is the best this machine was seen to do in either cell, since a busy moment can only make a timing
+slower, so every point lies on it or under it. The matrix products and the convolution come close to the
+peak. The add comes close to the sloped part: it is as fast as memory allows, and a faster ALU would not help it. Softmax
+and LayerNorm stay further below: they pass over each row more than once, so they move more bytes than the
+least we counted.
+
+On a GPU the same picture has its ridge at 150 to 300 FLOP/B: there a 512 matrix product in 16-bit
+($n/3$ = 171 FLOP/B) is still memory-bound on an H100. The course's small models are far below every ridge,
+and most of their time is launch overhead (chapter 4): the GPU waits.
 """),
     md("md-10-4", r"""
 ## 10.4 Utilization
@@ -268,8 +292,9 @@ for name, (model, data) in models.items():
     print(f"{name}: {model_flops:,} model FLOPs, {hardware_flops:,} with recomputation")
 """, tags=["exact"]),
     code("mfu-measure", r"""
+steps = {}  # each model's measured step, for 10.5
 for name, (_, model_flops, hardware_flops, loss, loss_ckpt) in runs.items():
-    plain = d2l_ext.measure(lambda f=loss: f().backward(), min_run_time=0.1).median
+    plain = steps[name] = d2l_ext.measure(lambda f=loss: f().backward(), min_run_time=0.1).median
     again = d2l_ext.measure(lambda f=loss_ckpt: f().backward(), min_run_time=0.1).median
     print(f"{name}: step {plain * 1e3:.2f} ms, MFU {model_flops / plain / peak:.0%}; "
           f"checkpointed {again * 1e3:.2f} ms, MFU {model_flops / again / peak:.0%}, "
@@ -343,22 +368,69 @@ really carried, comparable with the link's speed for any $n$. Over gloo on one m
 memory copies between processes: a few GB/s. NVLink carries hundreds of GB/s; one user measured 783 of
 900 GB/s busbw on an HGX H100 (NVIDIA/nccl issue 1264).
 
-**Overlap.** DDP starts each bucket's all-reduce when its gradients are ready (chapter 6). What the
-backward pass cannot hide is **exposed**: `commcost.exposed_after_backward` reads it from chapter 6's
-schedule. With the measured $\alpha$ and $\beta$, chapter 5's MLP on 2 processes:
+**Overlap.** DDP starts a bucket's all-reduce as soon as its gradients are ready, while the backward
+pass goes on (chapter 6). FSDP gathers each layer's weights just before its backward and reduce-scatters
+its gradients just after (chapter 8). What the backward pass cannot hide is **exposed**.
+`commcost.simulate_backward` plays a backward pass and its collectives on the simulated device of chapter 4,
+with a `comm` lane for the collectives' stream. The model above gives each collective's time.
+"""),
+    code("comm-predict", r"""
+ddp_first_bucket = torch.distributed._DEFAULT_FIRST_BUCKET_BYTES  # DDP's first bucket: 1 MiB
+mlp = runs["chapter 5's MLP"][0]
+grad_bytes = [4 * p.numel() for p in mlp.parameters()]
+print(f"chapter 5's MLP: {sum(grad_bytes):,} bytes of gradients; DDP's first bucket holds "
+      f"{ddp_first_bucket:,}: {'one bucket' if sum(grad_bytes) <= ddp_first_bucket else 'several'}")
+block = runs["block, h=256, 128 tokens"][0]
+block_bytes = 4 * sum(p.numel() for p in block.parameters())
+print(f"one block: {block_bytes:,} bytes of weights, gathered and reduce-scattered per layer")
 """),
     code("comm-overlap", r"""
-alpha, beta = fits["all_reduce"]
-# one bucket per parameter tensor, the last layer's first (backward's order)
-layer_bytes = [4 * p.numel() for p in d2l_ext.make_net().parameters()][::-1]
-allreduce = [commcost.collective_seconds("all_reduce", 2, b, alpha, beta)
-             for b in layer_bytes]
-backward = [2e-5] * len(layer_bytes)  # 20 us per tensor: an assumption, a GPU's order
-print(f"all-reduce per bucket: {[f'{t * 1e6:.0f} us' for t in allreduce]}")
-each = commcost.exposed_after_backward(backward, [1] * 6, allreduce)
-one = commcost.exposed_after_backward(backward, [6], [sum(allreduce)])
-print(f"exposed: {each * 1e6:.0f} us with 6 buckets, {one * 1e6:.0f} us with one")
+def predict(collective, nbytes):
+    return commcost.collective_seconds(collective, 2, nbytes, *fits[collective])
+
+
+# backward takes about two thirds of a step; each layer's share follows its weights
+linears = [m for m in mlp.modules() if isinstance(m, torch.nn.Linear)][::-1]  # backward's order
+weights = [m.weight.numel() for m in linears]
+backward = [2 / 3 * steps["chapter 5's MLP"] * w / sum(weights) for w in weights]
+one_bucket = [("all-reduce", predict("all_reduce", sum(grad_bytes)), len(backward) - 1)]
+per_layer = [(f"all-reduce {k}", predict("all_reduce", 4 * (m.weight.numel() + m.bias.numel())), k)
+             for k, m in enumerate(linears)]
+layers = 4  # four blocks, each an FSDP unit
+block_backward = [2 / 3 * steps["block, h=256, 128 tokens"]] * layers
+gather = [(f"all-gather {k}", predict("all_gather", block_bytes), k) for k in range(layers)]
+scatter = [(f"reduce-scatter {k}", predict("reduce_scatter", block_bytes), k) for k in range(layers)]
+cases = {"DDP, chapter 5's MLP: one bucket": commcost.simulate_backward(backward, one_bucket),
+         "DDP, one bucket per layer": commcost.simulate_backward(backward, per_layer),
+         "FSDP, four blocks": commcost.simulate_backward(block_backward, scatter, gather)}
+fig, axes = plt.subplots(3, 1, figsize=(8, 4.6))
+for ax, (title, device) in zip(axes, cases.items()):
+    d2l_ext.plot_simulated_timeline(device.spans(), ax=ax, title=title, legend=False)
+plt.tight_layout()
+plt.show()
+for (title, device), work in zip(cases.items(), [backward, backward, block_backward]):
+    print(f"{title}: backward {sum(work) * 1e3:.2f} ms, "
+          f"exposed {(device.now() - sum(work)) * 1e3:.2f} ms")
 """, tags=["nbval-ignore-output"]),
+    code("comm-exposed-check", r"""
+# what holds whatever the timings: the simulated device exposes what the schedule of chapter 6 says
+ddp = cases["DDP, one bucket per layer"]
+by_schedule = commcost.exposed_after_backward(backward, [1] * len(backward),
+                                              [seconds for _, seconds, _ in per_layer])
+print("simulated exposed time equals the schedule's:",
+      abs(ddp.now() - sum(backward) - by_schedule) < 1e-8)
+"""),
+    md("md-overlap-read", r"""
+Over gloo between two processes, α is hundreds of µs. Chapter 5's MLP fits in DDP's first bucket, and its
+one all-reduce takes about as long as its whole backward pass, so it is all exposed. Three buckets, one per
+layer, do not help: each pays α again, and there is little backward work to hide them behind. The blocks
+are different: each block's backward is long, so each all-gather and reduce-scatter hides behind a
+neighbour's, and only the first all-gather and the last reduce-scatter are exposed.
+
+Overlap pays when each collective is shorter than the backward work beside it: larger layers, a faster
+link. That is why DDP's buckets are 25 MiB and FSDP wraps whole blocks. On GPUs with NVLink, α is some µs
+and β hundreds of GB/s (10.6, problem 2).
+"""),
     md("md-10-6", r"""
 ## 10.6 Worked problems
 

@@ -1,0 +1,76 @@
+"""Measure this CPU's ridge point under each setting the notebooks are tested with: `make measure-ridges`.
+
+Chapter 10 labels each operation of the course memory-bound or compute-bound, and that label is a compared
+output: it must hold under every setting CI tries (tools/test_matrix.py) and under load. A ridge measured in the
+cell cannot give it: MKL's compatible code path makes matrix products three times slower here, and check-timing
+stretches one of the two timings threefold. So the chapter compares each operation's intensity with the ridges
+this script measured (``roofline.CPU_RIDGES``), and prints the ridge of its own run beside, uncompared.
+
+Each setting runs ``roofline.measure_machine()`` three times in a fresh process; the median ridge is reported,
+with the peak and bandwidth of that run. "busy" adds a process spinning on one core beside make test's pins.
+The output ends with the dictionary to paste into d2l_ext/roofline.py.
+
+Usage: python tools/measure_ridges.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from test_matrix import COLAB_PYTHON, COMBINED, EACH  # noqa: E402  (the settings CI runs the notebooks with)
+
+PINS = {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}  # make test's (Makefile)
+CHILD = ("import json\nfrom d2l_ext import roofline\n"
+         "print(json.dumps([roofline.measure_machine() for _ in range(3)]))")
+
+
+def settings() -> dict[str, dict[str, str]]:
+    """Return each setting's name and environment: make test's pins, each numeric variant, the combined ones."""
+    chosen = {"make test's pins": PINS}
+    for variant in EACH + COMBINED:
+        if variant.environment and not variant.pins:
+            # the numeric settings only: this script runs them on this environment's Python and packages
+            name = variant.name.split(" + torch")[0].split(" + clocks")[0]
+            chosen[name.split("Python 3.10 + ")[-1].split(f"Python {COLAB_PYTHON} + ")[-1]] = variant.environment
+    return chosen
+
+
+def measure(environment: dict[str, str]) -> tuple[float, float, float]:
+    """Return the median ridge of three measurements in a fresh process, with that run's peak and bandwidth."""
+    keep = {k: v for k, v in os.environ.items() if k not in {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"}}
+    result = subprocess.run([sys.executable, "-c", CHILD], env={**keep, **environment, "PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, check=True)
+    runs = sorted(json.loads(result.stdout), key=lambda run: run[0] / run[1])
+    peak, bandwidth = runs[len(runs) // 2]
+    return peak / bandwidth, peak, bandwidth
+
+
+def main() -> None:
+    ridges = {}
+    chosen = settings()
+    spinner = None
+    for name, environment in [*chosen.items(), ("make test's pins, one core busy", PINS)]:
+        if name.endswith("busy"):
+            spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            ridge, peak, bandwidth = measure(environment)
+        finally:
+            if spinner is not None:
+                spinner.kill()
+        ridges[name] = round(ridge, 1)
+        print(f"{name:70} peak {peak / 1e9:6.1f} GFLOP/s  bandwidth {bandwidth / 1e9:5.1f} GB/s  "
+              f"ridge {ridge:5.1f} FLOP/B", flush=True)
+    print(f"\nridges from {min(ridges.values())} to {max(ridges.values())} FLOP/B "
+          f"(median {statistics.median(ridges.values())})\nCPU_RIDGES = {json.dumps(ridges, indent=4)}")
+
+
+if __name__ == "__main__":
+    main()
