@@ -26,7 +26,7 @@ NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 # time with every thread, as a learner does; make test-matrix runs the notebooks with the default threads too.
 TEST_THREADS ?= OMP_NUM_THREADS=1
 
-.PHONY: env lab test lint unit notebooks outputs test-matrix test-colab check-tags check-timing check-memory run-twice gpu-check doctor colab binder-check browser-check book book-check clean help
+.PHONY: env lab test lint unit notebooks outputs measure-ridges test-matrix test-colab check-tags check-timing check-memory run-twice gpu-check doctor colab binder-check browser-check book book-check clean help
 
 help:
 	@echo "make lab      create the environment (first run) and open the notebooks in JupyterLab"
@@ -40,6 +40,7 @@ help:
 	@echo "                    CHECK_TIMING_ARGS=--twice: each notebook twice in one kernel, both runs compared (CI)"
 	@echo "make check-memory   run every notebook as on Binder: a fresh kernel, it and what it starts in 2 GiB less"
 	@echo "                    200 MB for the server (a cgroup, or systemd-run); each notebook's peaks and their cells"
+	@echo "make measure-ridges this CPU's ridge point under each setting CI tries (roofline.CPU_RIDGES, chapter 10)"
 	@echo "make run-twice      run every notebook twice in one kernel and compare the second run"
 	@echo "make gpu-check      on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "make doctor   report what this machine can run, chapter by chapter"
@@ -127,6 +128,11 @@ gpu-check: env
 CHECK_TIMING_ARGS ?=
 check-timing: env
 	$(BIN)/python tools/check_timing.py $(CHECK_TIMING_ARGS)
+
+# This CPU's ridge point under make test's pins, each setting of the matrix and with one core busy: the figures
+# roofline.CPU_RIDGES records and chapter 10 labels its operations against (tools/measure_ridges.py, about a minute)
+measure-ridges: env
+	$(BIN)/python tools/measure_ridges.py
 
 # Every notebook run as Binder runs it (tools/check_memory.py): a fresh kernel, no test runner in its memory, the
 # kernel and every process it starts in Binder's 2 GiB less 200 MB for the Jupyter server, under the system's own

@@ -176,7 +176,7 @@ def simulate_backward(backward: Sequence[float], after: Sequence[tuple[str, floa
     runs (prefetch). Collectives share one comm engine, in the order they are issued. The device's ``now()``
     after ``synchronize()`` is the step's time; minus ``sum(backward)``, the communication left exposed.
     """
-    for name, seconds, layer in (*after, *before):
+    for name, _, layer in (*after, *before):
         if not 0 <= layer < len(backward):
             raise ValueError(f"{name} names layer {layer}; the backward pass has layers 0 to {len(backward) - 1}")
     device = SimulatedDevice()

@@ -127,8 +127,9 @@ def counted(step):
 
 
 sizes, batch = [1024, 4096, 1024], 256
-mlp = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
-x = torch.randn(batch, 1024)
+with torch.device("meta"):  # shapes, no data: counting needs no memory, no arithmetic
+    mlp = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
+    x = torch.randn(batch, 1024)
 print("counted:", counted(lambda: mlp(x).sum()))
 formula = roofline.mlp_step_flops(batch, sizes)
 print("formula:", (formula["forward"], formula["backward"]))
@@ -230,7 +231,8 @@ achieved = {op.name: op.flops / d2l_ext.measure(op.run, min_run_time=0.05).media
             for op in operations}
 # the roof is the best this machine was seen to do: load only ever makes a timing slower
 sides = {op.name: roofline.side_of_every(op.intensity, ridges) for op in operations}
-peak = max(peak, *(achieved[op.name] for op in operations if sides[op.name] == "compute-bound"))
+peak = max(peak, *(achieved[op.name] for op in operations
+                   if sides[op.name] == "compute-bound"))
 bandwidth = max(bandwidth, *(achieved[op.name] / op.intensity for op in operations
                              if sides[op.name] == "memory-bound"))
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -249,6 +251,7 @@ for op in operations:
     share = achieved[op.name] / roofline.attainable(op.intensity, peak, bandwidth)
     rate = achieved[op.name] / 1e9
     print(f"{op.name:24} {rate:7.2f} GFLOP/s, {share:4.0%} of its roof")
+del operations  # their tensors: memory for the two processes 10.5 starts
 """, tags=["nbval-ignore-output"]),
     md("md-plot-read", r"""
 The roof is the best this machine was seen to do in either cell, since a busy moment can only make a timing
@@ -294,7 +297,8 @@ for name, (model, data) in models.items():
     code("mfu-measure", r"""
 steps = {}  # each model's measured step, for 10.5
 for name, (_, model_flops, hardware_flops, loss, loss_ckpt) in runs.items():
-    plain = steps[name] = d2l_ext.measure(lambda f=loss: f().backward(), min_run_time=0.1).median
+    timed = d2l_ext.measure(lambda f=loss: f().backward(), min_run_time=0.1)
+    plain = steps[name] = timed.median
     again = d2l_ext.measure(lambda f=loss_ckpt: f().backward(), min_run_time=0.1).median
     print(f"{name}: step {plain * 1e3:.2f} ms, MFU {model_flops / plain / peak:.0%}; "
           f"checkpointed {again * 1e3:.2f} ms, MFU {model_flops / again / peak:.0%}, "
@@ -321,13 +325,15 @@ $t = \text{steps} \cdot \alpha + \text{bytes sent} / \beta$.
 | all-reduce | $2(n-1)$ | $2(n-1)/n \cdot S$ |
 | all-gather, reduce-scatter, all-to-all | $n-1$ | $(n-1)/n \cdot S$ |
 
-`scripts/collectives.py` times the four on 2 processes, from 1 KiB to 64 MiB, and runs a ring all-reduce
-written with `isend` and `irecv` (`commcost.ring_all_reduce`, chapter 9's) against `dist.all_reduce`.
+`scripts/collectives.py` times the four on 2 processes, from 1 KiB to 4 MiB here (64 MiB by default; with
+this kernel beside them, two processes would then need more than Binder's 2 GB). It also runs a ring
+all-reduce written with `isend` and `irecv` (`commcost.ring_all_reduce`, chapter 9's) against
+`dist.all_reduce`.
 """),
     code("comm-run", r"""
-# about 25 s; prints one line per collective and size (medians of 5 runs)
+# about 8 s; one line per collective and size (medians of 5 runs), up to 4 MiB
 comm_output = d2l_ext.torchrun("scripts/collectives.py", nproc=2, timeout=300,
-                               echo=False)
+                               args=["--largest-mib", "4"], echo=False)
 lines = comm_output.splitlines()
 print("\n".join(lines[:3] + ["..."] + lines[-3:]))
 """, tags=["nbval-ignore-output"]),
@@ -375,14 +381,15 @@ its gradients just after (chapter 8). What the backward pass cannot hide is **ex
 with a `comm` lane for the collectives' stream. The model above gives each collective's time.
 """),
     code("comm-predict", r"""
-ddp_first_bucket = torch.distributed._DEFAULT_FIRST_BUCKET_BYTES  # DDP's first bucket: 1 MiB
+first_bucket = torch.distributed._DEFAULT_FIRST_BUCKET_BYTES  # DDP's: 1 MiB
 mlp = runs["chapter 5's MLP"][0]
-grad_bytes = [4 * p.numel() for p in mlp.parameters()]
-print(f"chapter 5's MLP: {sum(grad_bytes):,} bytes of gradients; DDP's first bucket holds "
-      f"{ddp_first_bucket:,}: {'one bucket' if sum(grad_bytes) <= ddp_first_bucket else 'several'}")
+grad_bytes = sum(4 * p.numel() for p in mlp.parameters())
+buckets = "one bucket" if grad_bytes <= first_bucket else "several"
+print(f"chapter 5's MLP: {grad_bytes:,} bytes of gradients; DDP's first bucket "
+      f"holds {first_bucket:,}: {buckets}")
 block = runs["block, h=256, 128 tokens"][0]
 block_bytes = 4 * sum(p.numel() for p in block.parameters())
-print(f"one block: {block_bytes:,} bytes of weights, gathered and reduce-scattered per layer")
+print(f"one block: {block_bytes:,} bytes of weights, gathered and reduce-scattered")
 """),
     code("comm-overlap", r"""
 def predict(collective, nbytes):
@@ -390,33 +397,38 @@ def predict(collective, nbytes):
 
 
 # backward takes about two thirds of a step; each layer's share follows its weights
-linears = [m for m in mlp.modules() if isinstance(m, torch.nn.Linear)][::-1]  # backward's order
+linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)][::-1]  # backward order
 weights = [m.weight.numel() for m in linears]
 backward = [2 / 3 * steps["chapter 5's MLP"] * w / sum(weights) for w in weights]
-one_bucket = [("all-reduce", predict("all_reduce", sum(grad_bytes)), len(backward) - 1)]
-per_layer = [(f"all-reduce {k}", predict("all_reduce", 4 * (m.weight.numel() + m.bias.numel())), k)
+one_bucket = [("all-reduce", predict("all_reduce", grad_bytes), len(linears) - 1)]
+per_layer = [(f"all-reduce {k}", predict("all_reduce", 4 * m.weight.numel()
+                                         + 4 * m.bias.numel()), k)
              for k, m in enumerate(linears)]
 layers = 4  # four blocks, each an FSDP unit
 block_backward = [2 / 3 * steps["block, h=256, 128 tokens"]] * layers
-gather = [(f"all-gather {k}", predict("all_gather", block_bytes), k) for k in range(layers)]
-scatter = [(f"reduce-scatter {k}", predict("reduce_scatter", block_bytes), k) for k in range(layers)]
-cases = {"DDP, chapter 5's MLP: one bucket": commcost.simulate_backward(backward, one_bucket),
-         "DDP, one bucket per layer": commcost.simulate_backward(backward, per_layer),
-         "FSDP, four blocks": commcost.simulate_backward(block_backward, scatter, gather)}
+gather = [(f"all-gather {k}", predict("all_gather", block_bytes), k)
+          for k in range(layers)]
+scatter = [(f"reduce-scatter {k}", predict("reduce_scatter", block_bytes), k)
+           for k in range(layers)]
+cases = {
+    "DDP, chapter 5's MLP": commcost.simulate_backward(backward, one_bucket),
+    "DDP, one bucket per layer": commcost.simulate_backward(backward, per_layer),
+    "FSDP, four blocks": commcost.simulate_backward(block_backward, scatter, gather)}
 fig, axes = plt.subplots(3, 1, figsize=(8, 4.6))
-for ax, (title, device) in zip(axes, cases.items()):
-    d2l_ext.plot_simulated_timeline(device.spans(), ax=ax, title=title, legend=False)
+for ax, (title, sim) in zip(axes, cases.items(), strict=True):
+    d2l_ext.plot_simulated_timeline(sim.spans(), ax=ax, title=title, legend=False)
 plt.tight_layout()
 plt.show()
-for (title, device), work in zip(cases.items(), [backward, backward, block_backward]):
-    print(f"{title}: backward {sum(work) * 1e3:.2f} ms, "
-          f"exposed {(device.now() - sum(work)) * 1e3:.2f} ms")
+work = [backward, backward, block_backward]
+for (title, sim), seconds in zip(cases.items(), work, strict=True):
+    print(f"{title}: backward {sum(seconds) * 1e3:.2f} ms, "
+          f"exposed {(sim.now() - sum(seconds)) * 1e3:.2f} ms")
 """, tags=["nbval-ignore-output"]),
     code("comm-exposed-check", r"""
-# what holds whatever the timings: the simulated device exposes what the schedule of chapter 6 says
+# whatever the timings: the simulated device exposes what chapter 6's schedule says
 ddp = cases["DDP, one bucket per layer"]
-by_schedule = commcost.exposed_after_backward(backward, [1] * len(backward),
-                                              [seconds for _, seconds, _ in per_layer])
+by_schedule = commcost.exposed_after_backward(
+    backward, [1] * len(backward), [seconds for _, seconds, _ in per_layer])
 print("simulated exposed time equals the schedule's:",
       abs(ddp.now() - sum(backward) - by_schedule) < 1e-8)
 """),
@@ -526,7 +538,7 @@ and [benchmark recipe](https://docs.pytorch.org/tutorials/recipes/recipes/benchm
    gradients written once, activations written and read once, in float32). From what batch is it
    compute-bound on this CPU? On a T4 in float32 (its ridge: 8.1 TFLOP/s over 320 GB/s)?
 2. Fit $\alpha$ and $\beta$ from the all-gather times of 10.5 using only sizes up to 64 KiB, then predict
-   the time at 64 MiB. How far off is it, and why?
+   the time at 4 MiB. How far off is it, and why?
 3. A model of 70 billion parameters is served in bfloat16 on one H100 (it does not fit: assume it did).
    How many tokens per second can one sequence get? How many sequences at once before the GPU becomes
    compute-bound?
@@ -604,21 +616,29 @@ float16 (ridge 203) would wait for memory at any batch. Wider layers, not larger
 Timed on the script's output; the numbers change from run to run.
 """),
     code("sol-2-code", r"""
-output = d2l_ext.torchrun("../scripts/collectives.py", nproc=2, timeout=300, echo=False)
+output = d2l_ext.torchrun("../scripts/collectives.py", nproc=2, timeout=300,
+                          args=["--largest-mib", "4"], echo=False)
 points = [(int(s), float(t)) for s, t in
           re.findall(r"time all_gather (\d+) ([\d.]+)", output)]
 small = [(s, t) for s, t in points if s <= 64 * 1024]
-alpha, beta = commcost.fit_alpha_beta("all_gather", 2, *zip(*small, strict=True))
 size, measured = points[-1]
-predicted = commcost.collective_seconds("all_gather", 2, size, alpha, beta)
-print(f"from sizes up to 64 KiB: alpha {alpha * 1e6:.0f} us, "
-      f"beta {beta / 1e9:.2f} GB/s")
-print(f"64 MiB: predicted {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms")
+try:
+    alpha, beta = commcost.fit_alpha_beta("all_gather", 2, *zip(*small, strict=True))
+except ValueError as error:  # latency alone: the times may not even grow
+    print(f"from sizes up to 64 KiB: {error}")
+else:
+    predicted = commcost.collective_seconds("all_gather", 2, size, alpha, beta)
+    print(f"from sizes up to 64 KiB: alpha {alpha * 1e6:.0f} us, "
+          f"beta {beta / 1e9:.2f} GB/s")
+    print(f"4 MiB: predicted {predicted * 1e3:.1f} ms, "
+          f"measured {measured * 1e3:.1f} ms")
 """, tags=["nbval-ignore-output"]),
     md("sol-2-read", r"""
 Small messages are dominated by latency, so they say little about the bandwidth: the fit's $\beta$ is
-poorly known, and the prediction for 64 MiB can be off by a large factor either way. Fit $\beta$ on large
-messages and $\alpha$ on small ones, as nccl-tests users do by reading both ends of a sweep.
+poorly known, and the prediction for 4 MiB can be off by a large factor either way. When the small times
+do not even grow with the size, no bandwidth can be fitted at all, and `fit_alpha_beta` says so. Fit
+$\beta$ on large messages and $\alpha$ on small ones, as nccl-tests users do by reading both ends of a
+sweep.
 """),
     md("sol-3", r"""
 ## 3. Serving a 70-billion-parameter model
