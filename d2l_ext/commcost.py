@@ -35,6 +35,11 @@ from .simqueue import SimulatedDevice
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
+# DDP's first gradient bucket holds 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), the others bucket_cap_mb
+# (25 MiB by default): a model with fewer gradient bytes has one bucket, and nothing to overlap
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+
+
 def _check(collective: str, world_size: int, nbytes: float | None = None) -> None:
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}: the model knows {', '.join(COLLECTIVES)}")

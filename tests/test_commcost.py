@@ -151,3 +151,9 @@ def test_fsdp_waits_for_the_first_all_gather_and_the_last_reduce_scatter_only_wh
 def test_a_collective_must_name_a_layer_of_the_pass():
     with pytest.raises(ValueError, match="layers 0 to 1"):
         commcost.simulate_backward([1.0, 1.0], after=[("all-reduce", 1.0, 2)])
+
+
+def test_ddps_first_bucket_is_the_size_torch_uses():
+    import torch.distributed as dist
+
+    assert commcost.DDP_FIRST_BUCKET_BYTES == vars(dist)["_DEFAULT_FIRST_BUCKET_BYTES"]  # private in torch

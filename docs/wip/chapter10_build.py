@@ -206,8 +206,8 @@ for setting, value in roofline.CPU_RIDGES.items():
 """, tags=["exact"]),
     md("md-intensities", r"""
 Now each operation of the course gets its FLOPs, its bytes (read once, written once: the least it must
-move) and its arithmetic intensity. These are exact. `roofline.side_of_every` says on which side of *every*
-ridge above an operation lies; between the lowest and the highest ridge it would say "either side":
+move) and its arithmetic intensity. These are exact. `roofline.side_of_every` says on which side of all
+the ridges above an operation lies; between the lowest and the highest it would say "either side":
 """),
     code("intensities", r"""
 operations = roofline.course_operations("cpu")
@@ -256,8 +256,8 @@ del operations  # their tensors: memory for the two processes 10.5 starts
     md("md-plot-read", r"""
 The roof is the best this machine was seen to do in either cell, since a busy moment can only make a timing
 slower, so every point lies on it or under it. The matrix products and the convolution come close to the
-peak. The add comes close to the sloped part: it is as fast as memory allows, and a faster ALU would not help it. Softmax
-and LayerNorm stay further below: they pass over each row more than once, so they move more bytes than the
+peak. The add comes close to the sloped part: it is as fast as memory allows, and a faster ALU would not
+help it. Softmax and LayerNorm stay further below: they pass over each row more than once, so they move more bytes than the
 least we counted.
 
 On a GPU the same picture has its ridge at 150 to 300 FLOP/B: there a 512 matrix product in 16-bit
@@ -381,7 +381,7 @@ its gradients just after (chapter 8). What the backward pass cannot hide is **ex
 with a `comm` lane for the collectives' stream. The model above gives each collective's time.
 """),
     code("comm-predict", r"""
-first_bucket = torch.distributed._DEFAULT_FIRST_BUCKET_BYTES  # DDP's: 1 MiB
+first_bucket = commcost.DDP_FIRST_BUCKET_BYTES  # DDP's first bucket: 1 MiB
 mlp = runs["chapter 5's MLP"][0]
 grad_bytes = sum(4 * p.numel() for p in mlp.parameters())
 buckets = "one bucket" if grad_bytes <= first_bucket else "several"
@@ -433,8 +433,8 @@ print("simulated exposed time equals the schedule's:",
       abs(ddp.now() - sum(backward) - by_schedule) < 1e-8)
 """),
     md("md-overlap-read", r"""
-Over gloo between two processes, α is hundreds of µs. Chapter 5's MLP fits in DDP's first bucket, and its
-one all-reduce takes about as long as its whole backward pass, so it is all exposed. Three buckets, one per
+Over gloo between two processes, α is hundreds of µs or more. Chapter 5's MLP fits in DDP's first bucket,
+and its one all-reduce takes longer than its whole backward pass, so it is all exposed. Three buckets, one per
 layer, do not help: each pays α again, and there is little backward work to hide them behind. The blocks
 are different: each block's backward is long, so each all-gather and reduce-scatter hides behind a
 neighbour's, and only the first all-gather and the last reduce-scatter are exposed.
@@ -487,9 +487,14 @@ the assumptions in its function's docstring: say them when you quote the number.
 ## 10.7 On a GPU
 
 On a GPU, the cell below measures its roofline (a 4096 matrix product in 16-bit, and an add) and compares
-the peak with the spec sheet, when the table knows the GPU. Without one it says so.
+the peak with the spec sheet, when the table knows the GPU. It then draws the roofline with the course's
+operations on it, in float32. Beside it are the spec sheets' roofs of a T4, an A100 and an H100, and the
+recorded best matrix products of the A100 and H100 (below). Without a GPU it says so.
 """),
     code("gpu-roofline", r"""
+# recorded: the largest matrix product each GPU reached in bfloat16, TFLOP/s (MAMF,
+# Stas Bekman's Machine Learning Engineering, mamf-finder.py); not measured here
+MAMF = {"A100": 271.2, "H100": 794.5}
 if d2l_ext.needs_gpus(1):
     dtype = d2l_ext.autocast_dtype(device.type)  # bfloat16, or float16 if faster
     gpu_peak, gpu_bandwidth = roofline.measure_machine(device, dtype, size=4096,
@@ -502,6 +507,31 @@ if d2l_ext.needs_gpus(1):
         spec = roofline.peak_flops(known[0], str(dtype).removeprefix("torch."))
         share = gpu_peak / spec
         print(f"{name}: {share:.0%} of its spec sheet's {spec / 1e12:.0f} TFLOP/s")
+
+    def waited(op):  # each run waits for the GPU (measure_machine does the same)
+        return lambda: (op.run(), d2l_ext.synchronize(device))
+
+    gpu_ops = roofline.course_operations(device)  # in float32, as in 10.3
+    reached = {op.name: op.flops / d2l_ext.measure(waited(op), min_run_time=0.05).median
+               for op in gpu_ops}
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    grid = torch.logspace(-2, 4, 100).tolist()
+    ax.loglog(grid, [roofline.attainable(i, gpu_peak, gpu_bandwidth) / 1e12
+                     for i in grid], "k-", label=f"{name}, measured")
+    for gpu in ("T4", "A100", "H100"):  # spec sheets, 16-bit (roofline.GPUS)
+        peak_16 = roofline.peak_flops(gpu, "float16")
+        bandwidth_16 = roofline.gpu_spec(gpu).bandwidth
+        ax.loglog(grid, [roofline.attainable(i, peak_16, bandwidth_16) / 1e12
+                         for i in grid], ":", label=f"{gpu} spec sheet")
+    for gpu, tflops in MAMF.items():
+        ax.axhline(tflops, linestyle="--", linewidth=0.8,
+                   label=f"{gpu} MAMF (recorded)")
+    for op in gpu_ops:
+        ax.plot(op.intensity, reached[op.name] / 1e12, "o", label=op.name)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    plt.show()
 """, tags=["device-dependent"]),
     md("md-gpu-figures", r"""
 **Recorded figures** (not measured here):
@@ -516,7 +546,7 @@ if d2l_ext.needs_gpus(1):
 ## Summary
 
 * Two hardware numbers bound every operation: peak FLOP/s and memory bandwidth. Their ratio, the ridge
-  point, is about 295 FLOP/B for an H100 in 16-bit, and a few FLOP/B for a laptop's CPU.
+  point, is about 295 FLOP/B for an H100 in 16-bit, and a few FLOP/B for the CPU this course is tested on.
 * An operation's arithmetic intensity (FLOPs per byte) says which bound it meets: element-wise operations
   are memory-bound everywhere; large matrix products are compute-bound.
 * `FlopCounterMode` counts matrix products and convolutions exactly; a training step is about 3 times the
