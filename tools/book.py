@@ -78,8 +78,8 @@ def chapter_table(readme: str) -> str:
 
 def pages(source: Path) -> tuple[list[str], list[str]]:
     """Return the chapter and solution pages of an edition folder, in order (without .ipynb)."""
-    chapters = sorted(p.stem for p in source.glob("0*.ipynb"))
-    solutions = sorted(f"solutions/{p.stem}" for p in (source / "solutions").glob("0*.ipynb"))
+    chapters = sorted(p.stem for p in source.glob("[0-9][0-9]*.ipynb"))
+    solutions = sorted(f"solutions/{p.stem}" for p in (source / "solutions").glob("[0-9][0-9]*.ipynb"))
     return chapters, solutions
 
 

@@ -197,8 +197,8 @@ def ink_share(png: Path) -> float:
 
 def notebook_pages(edition: str) -> list[str]:
     folder = ROOT / EDITIONS[edition][1]
-    return sorted(p.stem for p in folder.glob("0*.ipynb")) + sorted(
-        f"solutions/{p.stem}" for p in (folder / "solutions").glob("0*.ipynb"))
+    return sorted(p.stem for p in folder.glob("[0-9][0-9]*.ipynb")) + sorted(
+        f"solutions/{p.stem}" for p in (folder / "solutions").glob("[0-9][0-9]*.ipynb"))
 
 
 def main(argv: list[str]) -> int:
