@@ -137,7 +137,7 @@ measure-ridges: env
 # Every notebook run as Binder runs it (tools/check_memory.py): a fresh kernel, no test runner in its memory, the
 # kernel and every process it starts in Binder's 2 GiB less 200 MB for the Jupyter server, under the system's own
 # limit (a cgroup, or systemd-run) where it allows one. Reports each notebook's peaks and the cells that hold them.
-# CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and README.md
+# CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and docs/chapters.md
 CHECK_MEMORY_ARGS ?=
 check-memory: env
 	$(BIN)/python tools/check_memory.py $(CHECK_MEMORY_ARGS)

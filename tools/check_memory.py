@@ -29,7 +29,7 @@ ones, 1,178 MiB, the compile workers it then starts included (2026-11-27).
 It fails, naming the notebook and the cell, where a cell raises (cells tagged ``raises-exception`` excepted),
 the kernel or a launched process is killed for memory, the tree goes over the limit, or the kernel over its
 budget; and it names a notebook it could not run. ``--record`` writes the figures to
-``d2l_ext/memory_peaks.json`` (which ``make doctor`` reads) and to the README's memory table.
+``d2l_ext/memory_peaks.json`` (which ``make doctor`` reads) and to the memory table of ``docs/chapters.md``.
 
 Usage: python tools/check_memory.py [NOTEBOOK or FOLDER ...] [--no-limit] [--record]
 """
@@ -68,7 +68,7 @@ KERNEL_BUDGET = 1_200 * 10**6  # the kernel process alone (issue 30)
 SAMPLE_S = 0.02
 CELL_TIMEOUT_S = 600
 RECORD = REPO / "d2l_ext" / "memory_peaks.json"
-README = REPO / "README.md"
+README = REPO / "docs" / "chapters.md"  # the table of what each notebook needs
 README_START, README_END = "<!-- memory: written by tools/check_memory.py --record -->", "<!-- /memory -->"
 MiB = 2**20
 ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a traceback's colours
@@ -591,7 +591,7 @@ def table(results: list[Result]) -> str:
 
 
 def record(results: list[Result], how: str) -> None:
-    """Write the peaks to d2l_ext/memory_peaks.json and the README's memory table."""
+    """Write the peaks to d2l_ext/memory_peaks.json and the memory table of docs/chapters.md."""
     data: dict[str, Any] = json.loads(RECORD.read_text()) if RECORD.exists() else {"notebooks": {}}
     data.update({"measured": datetime.date.today().isoformat(), "how": how, "limit_bytes": LIMIT,
                  "kernel_budget_bytes": KERNEL_BUDGET})
@@ -610,7 +610,7 @@ def record(results: list[Result], how: str) -> None:
 
 
 def readme_table(data: dict) -> str:
-    """The README's table: each notebook's measured peaks."""
+    """The memory table of docs/chapters.md: each notebook's measured peaks."""
     lines = ["| Notebook | Kernel | Kernel and the processes it starts |", "|---|---|---|"]
     for name, entry in data["notebooks"].items():
         lines.append(f"| {name.removesuffix('.ipynb')} | {mib(entry['kernel_peak_bytes'])} | "
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-budget", type=int, default=KERNEL_BUDGET, help="bytes for the kernel alone")
     parser.add_argument("--no-limit", action="store_true", help="watch the process tree instead of a limit")
     parser.add_argument("--record", action="store_true",
-                        help="write the peaks to d2l_ext/memory_peaks.json and the README")
+                        help="write the peaks to d2l_ext/memory_peaks.json and docs/chapters.md")
     parser.add_argument("--cells", action="store_true", help="print each cell's peaks too")
     parser.add_argument("--report", type=Path, default=REPO / "build" / "check-memory.md")
     args = parser.parse_args(argv)
@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             print("not recorded: a notebook failed")
         else:
             record(results, how)
-            print(f"recorded in {RECORD.relative_to(REPO)} and README.md")
+            print(f"recorded in {RECORD.relative_to(REPO)} and {README.relative_to(REPO)}")
     print(f"\n{len(results) - len(failed)} of {len(results)} notebooks pass ({args.report})")
     return 1 if failed else 0
 

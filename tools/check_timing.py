@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
           + f": {len(listed)} compared "
           f"cell(s) changed, in {time.perf_counter() - started:.0f} s"
           + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
-             "load cannot break (README: Outputs that hold on a busy machine)"
+             "load cannot break (CONTRIBUTING.md: Outputs that hold on a busy machine)"
              + ("; a cell listed only for its second run may also print otherwise when re-run in the same kernel "
                 "(make run-twice): seed what it draws, and do not let it depend on what later cells leave behind"
                 if args.twice else "")
