@@ -64,3 +64,13 @@ def test_d2l_imports_without_its_pins():
 
     assert not numpy.__version__.startswith("1.23")
     assert d2l.cpu().type == "cpu" and isinstance(d2l.num_gpus(), int)
+
+
+def test_no_environment_or_build_output_is_tracked():
+    # a .venv symlink once slipped past ".venv/" (which ignores folders only) and, merged, replaced a real .venv
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    leaked = [p for p in tracked if re.match(r"(\.venv|build/|.*\.egg-info/|.*__pycache__/)", p)]
+    assert not leaked, f"tracked by mistake (git rm --cached them): {leaked}"
