@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
-# A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/venv_disk.py)
+# A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/envs/venvs.py)
 SEED_FROM ?=
 # JupyterLab options; the test of `make lab` passes its own (address, port, token, no browser)
 LAB_ARGS ?=
@@ -41,7 +41,7 @@ help:
 	@echo "  make unit            the unit tests alone"
 	@echo "  make notebooks       the notebooks alone, stored outputs compared (nbval)"
 	@echo "  make outputs         re-execute every notebook in place to refresh its stored outputs"
-	@echo "  make colab           rewrite Colab badges and setup cells from the address in tools/colab.py"
+	@echo "  make colab           rewrite Colab badges and setup cells from the address in tools/outputs/colab_cells.py"
 	@echo "  make measure-ridges  this CPU's ridge point under each setting CI tries (roofline.CPU_RIDGES, chapter 10)"
 	@echo "  make test-colab PYTHON=python3.13   the notebooks on Colab's packages and Python (tests/envs/colab.txt)"
 	@echo "  make run-twice       run every notebook twice in one kernel and compare the second run"
@@ -71,12 +71,12 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	  "Python 3.10 to 3.13 is needed; $(PYTHON) is %d.%d. Run: make PYTHON=python3.11 ..." % v[:2])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py seed $(SEED_FROM))
+	$(if $(SEED_FROM),$(BIN)/python -m tools.envs.venvs seed $(SEED_FROM))
 	$(BIN)/python -m pip install -r requirements.txt
 	$(BIN)/python -m pip install --no-deps -r requirements-d2l.txt
 	$(BIN)/python -m pip install --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (d2l_ext)"
-	$(if $(SEED_FROM),$(BIN)/python tools/venv_disk.py dedupe $(SEED_FROM))
+	$(if $(SEED_FROM),$(BIN)/python -m tools.envs.venvs dedupe $(SEED_FROM))
 	touch $@
 
 lab: env
@@ -84,7 +84,7 @@ lab: env
 
 lint: env
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
-	$(BIN)/python tools/typecheck.py $(if $(FRESH),,--cache $(VENV)/.typecheck-passed)
+	$(BIN)/python -m tools.checks.typecheck $(if $(FRESH),,--cache $(VENV)/.typecheck-passed)
 
 unit: env
 	$(BIN)/python -m pytest tests -q
@@ -95,11 +95,11 @@ notebooks: env
 # lint, then the unit tests and the notebooks in one pytest run: TEST_WORKERS workers take a test file or a
 # notebook at a time (unit tests mostly wait on subprocesses, so a third worker fills the two cores).
 # A test file that passed before with the same inputs (its bytes, the code it may read, the packages, the
-# variables; tools/test_cache.py) is not run again: FRESH=1 runs everything. A fresh clone (CI) runs everything.
+# variables; tools/result_cache.py) is not run again: FRESH=1 runs everything. A fresh clone (CI) runs everything.
 # The tests must leave the tree as they found it: no file written, no notebook changed.
 TEST_WORKERS ?= 3
 FRESH ?=
-TEST_CACHE := -p tools.test_cache --test-cache $(VENV)/.test-results.json $(if $(FRESH),--rerun-all)
+TEST_CACHE := -p tools.result_cache --test-cache $(VENV)/.test-results.json $(if $(FRESH),--rerun-all)
 test:
 	@before="$$(git status --porcelain --untracked-files=all 2>/dev/null)"; \
 	$(MAKE) --no-print-directory lint || exit $$?; \
@@ -111,53 +111,53 @@ test:
 	  echo "make test changed these files (tests must write only to temporary folders):"; \
 	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi
 
-# The notebook suite under the variations this machine can produce (tools/test_matrix.py says which)
+# The notebook suite under the variations this machine can produce (tools/envs/matrix.py says which)
 MATRIX_ARGS ?=
 test-matrix: env
-	$(BIN)/python tools/test_matrix.py $(MATRIX_ARGS)
+	$(BIN)/python -m tools.envs.matrix $(MATRIX_ARGS)
 
 # The notebooks on Colab's packages (tests/envs/colab.txt) and Colab's Python, given as PYTHON= (a 3.13):
 # without it, one line says what to install; no other Python is taken in its place
 test-colab:
-	python3 tools/colab_stack.py --python $(PYTHON) $(COLAB_ARGS)
+	python3 -m tools.envs.colab --python $(PYTHON) $(COLAB_ARGS)
 
-# Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/check_tags.py)
+# Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/checks/tags.py)
 CHECK_TAGS_ARGS ?=
 check-tags: env
-	$(BIN)/python tools/check_tags.py $(CHECK_TAGS_ARGS)
+	$(BIN)/python -m tools.checks.tags $(CHECK_TAGS_ARGS)
 
 # On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
 gpu-check: env
-	$(BIN)/python tools/gpu_check.py
+	$(BIN)/python -m tools.envs.gpu
 
 # Compared outputs that change when clocks run 3x fast before each cell's turn (its first timed work), then after
 # CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (make run-twice's check too)
 CHECK_TIMING_ARGS ?=
 check-timing: env
-	$(BIN)/python tools/check_timing.py $(CHECK_TIMING_ARGS)
+	$(BIN)/python -m tools.checks.timing $(CHECK_TIMING_ARGS)
 
 # This CPU's ridge point under make test's pins, each setting of the matrix and with one core busy: the figures
-# roofline.CPU_RIDGES records and chapter 10 labels its operations against (tools/measure_ridges.py, about a minute)
+# roofline.CPU_RIDGES records and chapter 10 labels its operations against (tools/envs/ridges.py, about a minute)
 measure-ridges: env
-	$(BIN)/python tools/measure_ridges.py
+	$(BIN)/python -m tools.envs.ridges
 
-# Every notebook run as Binder runs it (tools/check_memory.py): a fresh kernel, no test runner in its memory, the
+# Every notebook run as Binder runs it (tools/checks/memory.py): a fresh kernel, no test runner in its memory, the
 # kernel and every process it starts in Binder's 2 GiB less 200 MB for the Jupyter server, under the system's own
 # limit (a cgroup, or systemd-run) where it allows one. Reports each notebook's peaks and the cells that hold them.
 # CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and docs/chapters.md
 CHECK_MEMORY_ARGS ?=
 check-memory: env
-	$(BIN)/python tools/check_memory.py $(CHECK_MEMORY_ARGS)
+	$(BIN)/python -m tools.checks.memory $(CHECK_MEMORY_ARGS)
 
 # Run All twice in one kernel: the second run prints the stored outputs too
 run-twice: env
-	env $(NUMERIC_ENV) $(BIN)/python tools/run_twice.py notebooks
+	env $(NUMERIC_ENV) $(BIN)/python -m tools.outputs.twice notebooks
 
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
-	env $(NUMERIC_ENV) $(BIN)/python tools/refresh_outputs.py notebooks
+	env $(NUMERIC_ENV) $(BIN)/python -m tools.outputs.refresh notebooks
 
-# The book: the notebooks' stored outputs as a static site, English, Vietnamese and Chinese (tools/book.py), in its
+# The book: the notebooks' stored outputs as a static site, English, Vietnamese and Chinese (tools/book/build.py), in its
 # own environment (Sphinx 9 and the themes need Python 3.11 or newer; requirements.txt also serves 3.10)
 BOOK_PYTHON ?= python3
 BOOK_VENV   ?= .venv-book
@@ -171,30 +171,30 @@ $(BOOK_VENV)/.installed: requirements-book.txt
 	touch $@
 
 book: $(BOOK_VENV)/.installed
-	$(BOOK_VENV)/bin/python tools/book.py
+	$(BOOK_VENV)/bin/python -m tools.book.build
 
 # The built book served on 127.0.0.1: LinkChecker over its internal links, every page in headless Chromium
 book-check: $(BOOK_VENV)/.installed
 	@(command -v chromium && fc-list :lang=zh | grep -q .) >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk) || \
 	  echo "could not install chromium and fonts-noto-cjk (Chinese pages need a CJK font)"
-	$(BOOK_VENV)/bin/python tools/book_check.py $(BOOK_CHECK_ARGS)
+	$(BOOK_VENV)/bin/python -m tools.browser.book_pages $(BOOK_CHECK_ARGS)
 
-# Colab badges and setup cells, README badges: from the repository address in tools/colab.py
+# Colab badges and setup cells, README badges: from the repository address in tools/outputs/colab_cells.py
 colab: env
-	$(BIN)/python tools/colab.py
+	$(BIN)/python -m tools.outputs.colab_cells
 
 doctor: env
 	$(BIN)/python -m d2l_ext.doctor
 
 # Binder's build, generated by repo2docker without Docker, compared with this Makefile's (needs PyPI once)
 binder-check: env
-	$(BIN)/python tools/check_binder.py
+	$(BIN)/python -m tools.envs.binder
 
 # JupyterLab served by `make lab`, a chapter opened in headless Chromium (Debian's package), a screenshot
 browser-check: env
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/python tools/browser_check.py --output build/browser-check.png
+	$(BIN)/python -m tools.browser.lab --output build/browser-check.png
 
 clean:
 	rm -rf $(VENV) .venv-binder $(BOOK_VENV)

@@ -26,7 +26,7 @@ from .devices import accelerator_type, num_gpus
 from .guard import _VENDOR, gpus_available
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-# each notebook's peak memory, measured by make check-memory (tools/check_memory.py --record)
+# each notebook's peak memory, measured by make check-memory (tools/checks/memory.py --record)
 MEMORY_PEAKS = Path(__file__).resolve().parent / "memory_peaks.json"
 NEEDS = re.compile(r"needs_gpus\(\s*(\d+)?\s*(?:,\s*kind\s*=\s*[\"'](\w+)[\"'])?\s*\)")
 

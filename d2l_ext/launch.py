@@ -96,7 +96,7 @@ def processes_to_start(cuda_devices: int | None = None) -> int:
 
 
 # The memory to have free before starting 4 CPU processes: measured, they add 1,826 MiB to the notebook's kernel
-# (chapter 9's tp-run: 2,417 MiB in all, summed PSS, tools/check_memory.py --no-limit), each importing torch;
+# (chapter 9's tp-run: 2,417 MiB in all, summed PSS, tools/checks/memory.py --no-limit), each importing torch;
 # 2.5 GiB leaves some room. Under Binder's 2 GB (make check-memory) chapter 9 therefore starts 2
 FOUR_CPU_PROCESSES_BYTES = 5 * 2**29  # 2.5 GiB
 

@@ -237,7 +237,7 @@ def decode_tokens_per_second(params: float, dtype: str, gpu: str) -> float:
 
 
 # This machine's ridge point (2 cores of an AMD EPYC with 32 MiB of L3), FLOP/B, under each setting CI runs the
-# notebooks with, and with one core busy: tools/measure_ridges.py, 2026-11-27 (the median of three measure_machine
+# notebooks with, and with one core busy: tools/envs/ridges.py, 2026-11-27 (the median of three measure_machine
 # calls each). Chapter 10 compares each operation with all of them, so that its labels hold under every setting.
 CPU_RIDGES = {
     "make test's pins": 4.5,

@@ -1,11 +1,12 @@
-"""tools/book.py without Sphinx: what it feeds the build (make book builds it; make book-check opens every page)."""
+"""tools/book/build.py without Sphinx: what it feeds the build (make book builds it; make book-check opens it)."""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
-from tools import book, editions
+from tools.book import build as book
+from tools.book import editions
 
 
 def test_the_front_page_is_the_readmes_chapter_table_pointing_at_pages():

@@ -1,4 +1,4 @@
-"""make check-memory (tools/check_memory.py): the limit it finds, what it reads, and what it reports.
+"""make check-memory (tools/checks/memory.py): the limit it finds, what it reads, and what it reports.
 
 The runs use tiny notebooks without torch (a kernel of about 100 MB) and limits of a few hundred MB; a notebook
 over its limit must fail naming its cell, under the operating system's limit where this machine allows one, and
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import check_memory as cm
+from tools.checks import memory as cm
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 10**6
@@ -149,7 +149,7 @@ def test_the_recorded_peaks_cover_every_notebook_and_the_readme_shows_them():
     data = json.loads(cm.RECORD.read_text())
     names = {p.name for p in (REPO / "notebooks").glob("*.ipynb")}
     names |= {"solutions/" + p.name for p in (REPO / "notebooks" / "solutions").glob("*.ipynb")}
-    assert set(data["notebooks"]) == names, "run: python tools/check_memory.py --record"
+    assert set(data["notebooks"]) == names, "run: python -m tools.checks.memory --record"
     for name, entry in data["notebooks"].items():
         assert entry["passes"], name
         assert entry["kernel_peak_bytes"] <= data["kernel_budget_bytes"], name

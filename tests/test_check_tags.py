@@ -1,11 +1,11 @@
-"""tools/check_tags.py finds an untagged output that depends on the torch build, and spares a tagged one."""
+"""tools/checks/tags.py finds an untagged output that depends on the torch build, and spares a tagged one."""
 
 from __future__ import annotations
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools import check_tags
+from tools.checks import tags as check_tags
 
 
 def test_an_untagged_build_dependent_output_is_listed(tmp_path):

@@ -1,4 +1,4 @@
-"""tools/check_timing.py: the adversarial clock (tools/pretend/sitecustomize.py, slow-clock), and planted
+"""tools/checks/timing.py: the adversarial clock (tools/checks/pretend/sitecustomize.py, slow-clock), and planted
 timing-derived facts, each caught by the run whose load flips it, with a fact that no load changes not listed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools import check_timing
+from tools.checks import timing as check_timing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def probe_clock(load: str, extra: dict[str, str] | None = None, code: str = CLOC
     median of three fresh processes keeps the check exact to its tolerance without timing anything longer.
     """
     environment = {**os.environ, **check_timing.clock_environment((1.0, 3.0), load), **(extra or {}),
-                   "PYTHONPATH": str(REPO / "tools" / "pretend")}
+                   "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend")}
     found = [json.loads(subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
                                        check=True, timeout=60).stdout) for _ in range(runs)]
     return {key: sorted(run[key] for run in found)[runs // 2] if isinstance(value, float) else value

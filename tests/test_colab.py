@@ -1,4 +1,4 @@
-"""Every notebook's Colab badge and setup cell, and the README's badges, follow tools/colab.py."""
+"""Every notebook's Colab badge and setup cell, and the README's badges, follow tools/outputs/colab_cells.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from tools import colab
+from tools.outputs import colab_cells as colab
 
-FORK_HINT = ("out of date with tools/colab.py: a fork sets REPOSITORY (and BRANCH) there, "
+FORK_HINT = ("out of date with tools/outputs/colab_cells.py: a fork sets REPOSITORY (and BRANCH) there, "
              "then runs `make colab` and `make outputs`")
 NOTEBOOKS = colab.notebooks()
 

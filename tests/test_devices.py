@@ -8,7 +8,7 @@ import torch
 import d2l_ext
 from d2l_ext import guard
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def fake_accelerator(monkeypatch, kind: str | None, count: int) -> None:

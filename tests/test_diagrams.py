@@ -7,7 +7,7 @@ import pytest
 
 from d2l_ext import diagrams, roofline
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 matplotlib.use("Agg")
 

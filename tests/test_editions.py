@@ -1,4 +1,4 @@
-"""The Vietnamese and Chinese editions: paired cell by cell with the English notebooks (tools/editions.py).
+"""The Vietnamese and Chinese editions: paired cell by cell with the English notebooks (tools/book/editions.py).
 
 Kernel-free. The first test holds the real editions (notebooks and glossaries) to the rules; the others plant each
 kind of divergence in a copy and check that it is found, named by notebook and cell: code that differs beyond its
@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import editions
+from tools.book import editions
 
 NOTEBOOKS = editions.english_notebooks()
 REPO = editions.REPO
@@ -24,7 +24,7 @@ REPO = editions.REPO
 def test_every_edition_is_in_step_with_english(language):
     found = [line for relative in NOTEBOOKS for line in editions.problems(language, relative)]
     found += editions.glossary_problems(language)
-    assert found == [], f"{len(found)} problems, the first: {found[:5]} (python tools/editions.py status)"
+    assert found == [], f"{len(found)} problems, the first: {found[:5]} (python -m tools.book.editions status)"
 
 
 @pytest.fixture

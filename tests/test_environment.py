@@ -47,7 +47,7 @@ def test_other_installers_use_requirements_txt_and_pin_nothing_else():
     binder = requirement_lines(REPO / "binder" / "requirements.txt")
     assert binder[0] == "-r ../requirements.txt"
     # Binder-only extras (its base environment's notebook must match our jupyterlab) are exact pins
-    # and never override a pin of requirements.txt; tools/check_binder.py checks the full build
+    # and never override a pin of requirements.txt; tools/envs/binder.py checks the full build
     matches = [PIN.match(line) for line in binder[1:]]
     assert all(matches), f"Binder-only extras must be exact pins: {binder[1:]}"
     extras = {match[1].lower() for match in matches if match}

@@ -18,7 +18,7 @@ from d2l_ext import (
     zero_bytes_per_gpu,
 )
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 ROWS = ("parameters", "gradients", "optimizer state", "activations", "sum of rows")
 

@@ -1,11 +1,11 @@
-"""tools/gpu_check.py (make gpu-check): what it does without a GPU, and how it classifies cells."""
+"""tools/envs/gpu.py (make gpu-check): what it does without a GPU, and how it classifies cells."""
 
 from __future__ import annotations
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools import gpu_check
+from tools.envs import gpu as gpu_check
 
 
 def test_without_a_gpu_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):

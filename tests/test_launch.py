@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from d2l_ext import launch
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 SCRIPT = textwrap.dedent("""\
     import os, sys, time
@@ -167,7 +167,7 @@ def test_run_script_returns_its_output_or_raises_its_error(tmp_path):
     assert "(plain.py exit code 1)" in str(failure.value) and "ValueError: it fails on purpose" in str(failure.value)
 
 
-# torchrun's stderr when rank 1 raises, recorded by tools/record_launch_errors.py on Python 3.10 to 3.13, 3.13 with
+# torchrun's stderr when rank 1 raises, recorded by tests/data/launch/record.py on Python 3.10 to 3.13, 3.13 with
 # colour off and on: Python 3.13 colours tracebacks under FORCE_COLOR (Colab sets it) or PYTHON_COLORS=1
 RECORDINGS = sorted((Path(__file__).parent / "data" / "launch").glob("*.txt"))
 

@@ -4,7 +4,7 @@ import torch
 
 from d2l_ext import memory
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def test_cpu_report_is_the_process_resident_memory():

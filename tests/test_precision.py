@@ -8,7 +8,7 @@ from torch import nn
 
 from d2l_ext import autocast_dtype, needs_grad_scaler, saved_tensor_bytes, tf32_missing
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def test_cpu_autocasts_to_bfloat16():

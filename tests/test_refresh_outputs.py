@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools.refresh_outputs import _keep_stored_within_tolerance
+from tools.outputs.refresh import _keep_stored_within_tolerance
 
 
 def printing(text: str) -> nbformat.NotebookNode:

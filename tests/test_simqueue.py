@@ -11,7 +11,7 @@ import pytest
 import d2l_ext
 from d2l_ext.simqueue import SimulatedDevice, plot_timeline
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 matplotlib.use("Agg")
 

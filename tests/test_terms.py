@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import editions
+from tools.book import editions
 
 TERMS = editions.EDITIONS / "terms"
 

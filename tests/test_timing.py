@@ -8,7 +8,7 @@ import torch
 import d2l_ext
 import d2l_ext.timing
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def test_measure_counts_the_work_and_warms_up():

@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from d2l_ext import trace
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 matplotlib.use("Agg")
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # the profiler's C++ library logs its start and stop otherwise

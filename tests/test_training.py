@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 from d2l_ext import training
 from d2l_ext.training import make_loader, make_net, synthetic_classification
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def test_shapes_dtypes_and_label_range():

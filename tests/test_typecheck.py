@@ -1,4 +1,4 @@
-"""tools/typecheck.py: a misspelt torch.cuda name in a GPU-only cell, which CI never runs, fails the check."""
+"""tools/checks/typecheck.py: a misspelt torch.cuda name in a GPU-only cell, which CI never runs, fails the check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools import typecheck
+from tools.checks import typecheck
 
 REPO = Path(__file__).resolve().parent.parent
 # a chapter with a cell that runs only on a CUDA GPU and calls torch.cuda.synchronize()
@@ -35,7 +35,7 @@ def test_a_misspelt_name_in_a_guarded_cell_fails_and_is_located(tmp_path):
         if planted:
             notebook.cells[index].source = notebook.cells[index].source.replace(CALL, TYPO, 1)
         nbformat.write(notebook, copy)
-    result = subprocess.run([sys.executable, str(REPO / "tools" / "typecheck.py"), str(unchanged), str(misspelt),
+    result = subprocess.run([sys.executable, "-m", "tools.checks.typecheck", str(unchanged), str(misspelt),
                              "--out", str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "2 notebooks and 0 Python files, 1 errors," in result.stdout, result.stdout

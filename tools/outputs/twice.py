@@ -8,7 +8,7 @@ sanitizing and tolerance as the harness (cells tagged nbval-ignore-output are no
 
 Two notebooks run at once, each kernel with one thread (RUN_TWICE_WORKERS=1: one at a time, default threads).
 
-Usage: python tools/run_twice.py [notebooks or folders ...]; exit status 1 if a compared output differs.
+Usage: python -m tools.outputs.twice [notebooks or folders ...]; exit status 1 if a compared output differs.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.nbval_harness import (  # noqa: E402
+from tests.nbval_harness import (
     BUILD_METADATA_KEY,
     compared_cell,
     outputs_match,
@@ -33,7 +32,7 @@ from tests.nbval_harness import (  # noqa: E402
     tolerance_for,
     torch_build,
 )
-from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
+from tools.outputs.refresh import notebooks, sanitize
 
 
 def run_differences(path: Path, environment: dict[str, str] | None = None,

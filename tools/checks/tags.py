@@ -3,7 +3,7 @@
 The stored outputs are made on a CPU-only machine with the CUDA build of torch. A cell whose output would differ
 under a CPU-only build (macOS, ``+cpu`` wheels) must be tagged ``build-dependent``; one whose output would differ
 on a machine with a GPU must be tagged ``device-dependent``: otherwise `make test` fails there on a correct
-checkout. This runs the notebook suite twice with torch made to report otherwise (tools/pretend/sitecustomize.py)
+checkout. This runs the notebook suite twice with torch made to report otherwise (tools/checks/pretend/sitecustomize.py)
 and lists the untagged cells whose compared output changed:
 
 - ``cpu-build``: every untagged compared cell that fails (a changed output, or an exception) is listed.
@@ -13,7 +13,7 @@ and lists the untagged cells whose compared output changed:
   counts, names, which branch a cell takes). What a GPU *computes* differently is found only on a GPU: there
   `make test` compares every untagged cell (`make gpu-check` runs the notebooks there).
 
-Exit status 1 if a cell is listed. Usage: python tools/check_tags.py [--mode cpu-build|gpu] [notebooks ...]
+Exit status 1 if a cell is listed. Usage: python -m tools.checks.tags [--mode cpu-build|gpu] [notebooks ...]
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from pathlib import Path
 import nbformat
 import pytest  # this module is also a pytest plugin, loaded with -p by untagged_changes
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+from tools.checks import PRETEND
+
 TAG_FOR = {"cpu-build": "build-dependent", "gpu": "device-dependent"}
 RESULTS_VARIABLE = "D2L_EXT_CHECK_TAGS_RESULTS"
 
@@ -77,9 +79,9 @@ def failed_cells(environment: dict[str, str], targets: list[str], workers: int =
     """
     results = Path(tempfile.mkstemp(prefix="check-cells-", suffix=".jsonl")[1])
     environment = {**os.environ, **environment, RESULTS_VARIABLE: str(results),
-                   "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
+                   "PYTHONPATH": os.pathsep.join([str(PRETEND), str(REPO)])}
     command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-               "tests/sanitize.cfg", "-p", "tests.nbval_harness", "-p", "tools.check_tags", "-p", "no:cacheprovider",
+               "tests/sanitize.cfg", "-p", "tests.nbval_harness", "-p", "tools.checks.tags", "-p", "no:cacheprovider",
                *(["-n", str(workers), "--dist", "loadfile"] if workers > 1 else ["-p", "no:xdist"]), "-q", *targets]
     subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
     failures: dict[str, dict[int, dict]] = {}

@@ -15,7 +15,7 @@ and writes a markdown report to build/gpu-check.md:
   of mixed precision on a matrix product.
 
 Without a GPU it says so and exits 0. Exit status 1 if a cell failed.
-Usage: python tools/gpu_check.py [--report build/gpu-check.md] [notebooks ...]
+Usage: python -m tools.envs.gpu [--report build/gpu-check.md] [notebooks ...]
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-import d2l_ext  # noqa: E402
-from d2l_ext import doctor  # noqa: E402
-from tests.nbval_harness import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for  # noqa: E402
-from tools.refresh_outputs import notebooks, sanitize  # noqa: E402
+import d2l_ext
+from d2l_ext import doctor
+from tests.nbval_harness import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for
+from tools import REPO
+from tools.outputs.refresh import notebooks, sanitize
 
 SKIP_PREFIX = "Skipped: this cell needs"
 # peak of one direction of a PCIe link, GB/s, by generation, for x16 (after line coding)

@@ -16,7 +16,7 @@ at less than a quarter of the cost of running each change alone. The second runs
 `--each` runs each change alone, nine runs, to tell which one moved a cell (the table then shows the largest
 drift each caused); `--only` picks runs by name.
 
-Usage: python tools/test_matrix.py [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
+Usage: python -m tools.envs.matrix [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tools.colab_env import TARGET, colab_python  # noqa: E402
-from tools.venv_disk import COLAB_VENV_GIB, SEEDED_VENV_GIB, free_gib  # noqa: E402
+from tools import REPO
+from tools.checks import PRETEND
+from tools.envs.colab_env import TARGET, colab_python
+from tools.envs.venvs import COLAB_VENV_GIB, SEEDED_VENV_GIB, free_gib
 
 COLAB_PYTHON = colab_python(TARGET.read_text())  # the Python of Colab's runtime, which tests/envs/colab.txt names
 
@@ -49,9 +49,9 @@ class Variant:
     environment: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
-    pretend: str = ""  # torch made to report another build (tools/pretend/sitecustomize.py), as check_tags does
-    twice: bool = False  # run by tools/check_timing.py --twice --unpinned (check-timing and run-twice), not by nbval
-    colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/colab_stack.py
+    pretend: str = ""  # torch made to report another build (tools/checks/pretend/sitecustomize.py), as check_tags does
+    twice: bool = False  # run by tools/checks/timing.py --twice --unpinned (check-timing and run-twice), not by nbval
+    colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/envs/colab.py
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
@@ -84,7 +84,7 @@ EACH = [
 #
 # The second runs each notebook twice in one kernel with every clock stretched adversarially (3x before each cell's
 # turn in the first run, 3x after it in the second), both runs compared (what
-# `make check-timing` and `make run-twice` check, tools/check_timing.py --twice): stretched clocks change only what
+# `make check-timing` and `make run-twice` check, tools/checks/timing.py --twice): stretched clocks change only what
 # a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
 # The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
 # --mode cpu-build` does on its own: there, cells tagged build-dependent are not compared, and any other cell that
@@ -119,7 +119,7 @@ def counts(output: str) -> tuple[int, int]:
 
 
 def twice_counts(output: str) -> tuple[int, int]:
-    """Return (notebooks run twice, compared cells listed) from tools/check_timing.py --twice's summary line."""
+    """Return (notebooks run twice, compared cells listed) from tools/checks/timing.py --twice's summary line."""
     found = re.search(r"each of (\d+) notebooks run twice in one kernel: (\d+) compared cell", output)
     return (int(found[1]), int(found[2])) if found else (0, 0)
 
@@ -145,7 +145,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
                    **variant.environment}
     if variant.pretend:
         environment.update({"D2L_EXT_PRETEND": variant.pretend,
-                            "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])})
+                            "PYTHONPATH": os.pathsep.join([str(PRETEND), str(REPO)])})
     arguments, fresh = [], False
     venv, installed, needed = fresh_venv(variant)
     python = None
@@ -170,10 +170,10 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
     if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
-        from tools import colab_stack  # here: it imports find_python from this module
+        from tools.envs import colab as colab_stack  # here: it imports find_python from this module
         assert python is not None
         bin_python = str(colab_stack.build(python, venv))
-        commands = [[bin_python, "tools/check_timing.py", "--twice", "--unpinned"],
+        commands = [[bin_python, "-m", "tools.checks.timing", "--twice", "--unpinned"],
                     [bin_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_widgets.py"]]
     else:
         target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
@@ -244,7 +244,7 @@ def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
             print(f"{venv.name} not built ahead: {free_gib(REPO):.1f} GiB free; its run will build it", flush=True)
             continue
         if variant.colab:
-            from tools import colab_stack  # here: it imports find_python from this module
+            from tools.envs import colab as colab_stack  # here: it imports find_python from this module
             try:
                 colab_stack.build(python, venv)
                 built = True

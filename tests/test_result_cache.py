@@ -1,4 +1,4 @@
-"""tools/test_cache.py: a test file runs again when anything it may read changes, and only then."""
+"""tools/result_cache.py: a test file runs again when anything it may read changes, and only then."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import test_cache
+from tools import result_cache as test_cache
 
 READS_NOTEBOOKS = False  # this module reads only the files it writes in temporary folders
 
@@ -74,7 +74,7 @@ PASSING = "def test_ok():\n    assert True\n"
 
 def run(project: Path, *arguments: str) -> subprocess.CompletedProcess:
     """Run pytest with the plugin in ``project`` (a git repository); return what it printed."""
-    command = [sys.executable, "-m", "pytest", "-p", "tools.test_cache", "--test-cache",
+    command = [sys.executable, "-m", "pytest", "-p", "tools.result_cache", "--test-cache",
                str(project / "record.json"), "-p", "no:cacheprovider", "-q", *arguments, "tests"]
     # only the plugins needed: loading every installed one (nbval, ...) takes seconds a run
     environment = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -125,7 +125,7 @@ def test_a_module_that_says_it_reads_no_notebook_names_none():
     assert len(said) >= 10
     for path in said:
         text = test_cache.OPTED_OUT.sub("", path.read_text())
-        if path.name == "test_test_cache.py":  # its own fake paths name them on purpose, for temporary folders
+        if path.name == "test_result_cache.py":  # its own fake paths name them on purpose, for temporary folders
             continue
         for name in ("notebooks", ".ipynb", "editions", ".md", "README", "glossary", "nbformat"):
             assert name not in text, f"{path.name} says READS_NOTEBOOKS = False but names {name!r}"

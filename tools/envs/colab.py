@@ -7,9 +7,9 @@ does, and the sliders' tests (tests/test_widgets.py: Colab's ipywidgets is 7, ma
 `build-dependent` are compared only under the torch build that made them (the harness
 reads it from the notebook's metadata), so they run here but are not compared.
 
-Usage: python tools/colab_stack.py --python PYTHON [--venv .venv-colab] [--remove-venv] [pytest arguments ...]
+Usage: python -m tools.envs.colab --python PYTHON [--venv .venv-colab] [--remove-venv] [pytest arguments ...]
 
-CI does not call it: the matrix's Python 3.13 run (tools/test_matrix.py) builds this environment with build()
+CI does not call it: the matrix's Python 3.13 run (tools/envs/matrix.py) builds this environment with build()
 and runs its own pass there.
 """
 
@@ -23,11 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tools.colab_env import TARGET, colab_python  # noqa: E402
-from tools.test_matrix import find_python  # noqa: E402
-from tools.venv_disk import COLAB_VENV_GIB, free_gib  # noqa: E402
+from tools import REPO
+from tools.envs.colab_env import TARGET, colab_python
+from tools.envs.matrix import find_python
+from tools.envs.venvs import COLAB_VENV_GIB, free_gib
 
 NUMERIC_ENV = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
 
@@ -57,7 +56,7 @@ def build(python: str, venv: Path) -> Path:
     if stamp.exists() and stamp.read_text() == digest and bin_python.exists():
         return bin_python
     shutil.rmtree(venv, ignore_errors=True)
-    seed = [[str(bin_python), str(REPO / "tools" / "venv_disk.py"), step, str(REPO / ".venv")]
+    seed = [[str(bin_python), "-m", "tools.envs.venvs", step, str(REPO / ".venv")]
             for step in ("seed", "dedupe")] if (REPO / ".venv" / ".installed").exists() else [[], []]
     steps = [[python, "-m", "venv", str(venv)], seed[0],
              [str(bin_python), "-m", "pip", "install", "-q", "-r", str(TARGET)],

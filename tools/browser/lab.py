@@ -2,8 +2,8 @@
 
 How to run (needs /usr/bin/chromium, e.g. `apt-get install -y chromium`; no extra Python package):
 
-    .venv/bin/python tools/browser_check.py                       # 01_devices.ipynb -> build/browser-check.png
-    .venv/bin/python tools/browser_check.py --notebook 03_copying.ipynb --expect "GB/s" --output /tmp/lab.png
+    .venv/bin/python -m tools.browser.lab                       # 01_devices.ipynb -> build/browser-check.png
+    .venv/bin/python -m tools.browser.lab --notebook 03_copying.ipynb --expect "GB/s" --output /tmp/lab.png
 
 What it does and checks:
 
@@ -44,7 +44,8 @@ from pathlib import Path
 import psutil
 from PIL import Image
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
 EXPECTED_TEXT = {"01_devices.ipynb": "device(type='cpu')"}

@@ -10,7 +10,7 @@
    page's text. A screenshot of each page is written under build/book/screenshots/EDITION/, and it must not be
    blank (Pillow counts the pixels that are not white).
 
-Usage: python tools/book_check.py [--html build/book/html] [--editions en vi zh-CN] [--pages 01_devices ...]
+Usage: python -m tools.browser.book_pages [--html build/book/html] [--editions en vi zh-CN] [--pages 01_devices ...]
 Exit status 0 when every check passes, 1 with one line per failure otherwise.
 """
 
@@ -37,9 +37,8 @@ from urllib.parse import urljoin
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tools.book import EDITIONS  # noqa: E402
+from tools import REPO as ROOT
+from tools.book.build import EDITIONS
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

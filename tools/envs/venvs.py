@@ -12,7 +12,7 @@ libraries, which are the same files for every Python. Two steps make a new envir
 
 `free_gib` tells the callers whether a new environment fits; they say what they do when it does not.
 
-Usage: python tools/venv_disk.py seed|dedupe SOURCE_VENV   (with the target environment's Python)
+Usage: python -m tools.envs.venvs seed|dedupe SOURCE_VENV   (with the target environment's Python)
 """
 
 from __future__ import annotations

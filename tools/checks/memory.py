@@ -31,7 +31,7 @@ the kernel or a launched process is killed for memory, the tree goes over the li
 budget; and it names a notebook it could not run. ``--record`` writes the figures to
 ``d2l_ext/memory_peaks.json`` (which ``make doctor`` reads) and to the memory table of ``docs/chapters.md``.
 
-Usage: python tools/check_memory.py [NOTEBOOK or FOLDER ...] [--no-limit] [--record]
+Usage: python -m tools.checks.memory [NOTEBOOK or FOLDER ...] [--no-limit] [--record]
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 BINDER = 2 * 2**30  # what Binder gives a learner's container: the server, the kernel and what it starts
 SERVER_MARGIN = 200 * 10**6  # left for the Jupyter server
 LIMIT = BINDER - SERVER_MARGIN  # the kernel and every process it starts
@@ -69,7 +70,7 @@ SAMPLE_S = 0.02
 CELL_TIMEOUT_S = 600
 RECORD = REPO / "d2l_ext" / "memory_peaks.json"
 README = REPO / "docs" / "chapters.md"  # the table of what each notebook needs
-README_START, README_END = "<!-- memory: written by tools/check_memory.py --record -->", "<!-- /memory -->"
+README_START, README_END = "<!-- memory: written by tools/checks/memory.py --record -->", "<!-- /memory -->"
 MiB = 2**20
 ANSI_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a traceback's colours
 

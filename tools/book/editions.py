@@ -12,7 +12,7 @@ holds the same notebooks under the same names, with the same cells in the same o
   text it was made from. When the English text changes, the hash no longer matches: the translation is *stale*.
   A cell whose English text is also right in the edition (a formula, a badge) says ``same_as_source: true``.
 
-Commands (``python tools/editions.py COMMAND``):
+Commands (``python -m tools.book.editions COMMAND``):
 
 - ``sync [LANG ...]``: write each edition notebook from the English one. Code cells, outputs and notebook metadata
   are copied, except that a code cell keeps its translated comments while the English code is the same but for
@@ -33,7 +33,7 @@ rows in the same order, the same term columns (English, Tiếng Việt, 中文) 
 prose, headings and Meaning column are translated. Its first line records the hash of the English glossary it was
 made from, so a changed English glossary makes it stale. The notebooks' links ``glossary.md#anchor`` must name a
 heading of the edition's glossary (GitHub's and MyST's heading slugs); ``apply`` turns links to the English
-glossary's headings into links to the edition's, and so does the book (tools/book.py) for text not yet translated.
+glossary's headings into links to the edition's, and so does the book (tools/book/build.py) for text not yet translated.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 NOTEBOOKS = REPO / "notebooks"
 EDITIONS = REPO / "editions"
 LANGUAGES = {"vi": "Tiếng Việt", "zh-CN": "中文"}
@@ -213,7 +214,7 @@ def problems(language: str, relative: Path) -> list[str]:
     name = f"editions/{language}/{relative.as_posix()}"
     target = edition_path(language, relative)
     if not target.exists():
-        return [f"{name}: missing (run: python tools/editions.py sync {language})"]
+        return [f"{name}: missing (run: python -m tools.book.editions sync {language})"]
     english = nbformat.read(NOTEBOOKS / relative, as_version=4)
     try:
         edition = nbformat.read(target, as_version=4)

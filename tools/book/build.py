@@ -2,7 +2,7 @@
 
 Sphinx with MyST-NB and sphinx-book-theme renders each notebook with the outputs it stores: no notebook runs and
 nothing is downloaded (`nb_execution_mode = "off"`). One site per edition, English first, then Vietnamese and
-Chinese (from ``editions/``, tools/editions.py), under ``build/book/html/{en,vi,zh-CN}/`` with a language switch on
+Chinese (from ``editions/``, tools/book/editions.py), under ``build/book/html/{en,vi,zh-CN}/`` with a language switch on
 every page, and ``build/book/html/index.html`` leading to them. Each edition gets:
 
 - a front page: the README's chapter table, with its links pointing at the pages;
@@ -12,7 +12,7 @@ every page, and ``build/book/html/index.html`` leading to them. Each edition get
 - on every page, Colab and Binder buttons and "download notebook" (the theme's launch and download buttons);
 - the Colab badge and setup cells left out (the buttons replace them).
 
-A warning fails the build (``-W -n``). Usage: python tools/book.py [--out build/book] [--editions en vi zh-CN]
+A warning fails the build (``-W -n``). Usage: python -m tools.book.build [--out build/book] [--editions en vi zh-CN]
 (run with the book's environment, .venv-book, which `make book` creates from requirements-book.txt).
 """
 
@@ -27,10 +27,9 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tools.colab import BADGE_ID, BRANCH, REPOSITORY, SETUP_ID  # noqa: E402
-from tools.editions import glossary_links  # noqa: E402
+from tools import REPO as ROOT
+from tools.book.editions import glossary_links
+from tools.outputs.colab_cells import BADGE_ID, BRANCH, REPOSITORY, SETUP_ID
 
 MINIMUM_PYTHON = (3, 11)  # Sphinx 9, myst-parser 5.2, sphinx-book-theme 1.4 and pydata-sphinx-theme 0.20 need it
 EDITIONS = {  # edition: (its name, its source folder, Sphinx's language code)
@@ -103,7 +102,7 @@ def conf_py(edition: str) -> str:
                            "notebook_interface": "jupyterlab"},
     }
     return "\n".join([
-        "# written by tools/book.py",
+        "# written by tools/book/build.py",
         f"project = {TITLES[edition]!r}",
         f"language = {language!r}",
         'extensions = ["myst_nb"]',
@@ -141,7 +140,7 @@ def prepare(edition: str, src: Path) -> None:
     front page, conf.py and the language switch."""
     source = ROOT / EDITIONS[edition][1]
     if not (source / "01_devices.ipynb").exists():
-        raise SystemExit(f"{source.relative_to(ROOT)} has no notebooks: run  python tools/editions.py sync")
+        raise SystemExit(f"{source.relative_to(ROOT)} has no notebooks: run  python -m tools.book.editions sync")
     if src.exists():
         shutil.rmtree(src)
     (src / "solutions").mkdir(parents=True)

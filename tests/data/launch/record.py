@@ -6,8 +6,8 @@ FORCE_COLOR or PYTHON_COLORS=1 is set (Colab sets FORCE_COLOR), which once hid t
 The launch itself turns colour off (PYTHON_COLORS=0); the recordings are made without that, so that the
 reader is tested on the worst case.
 
-Usage: python tools/record_launch_errors.py NAME PYTHON [VAR=VALUE ...]
-  e.g. python tools/record_launch_errors.py py313-force-color /path/to/python3.13 FORCE_COLOR=1
+Usage: python tests/data/launch/record.py NAME PYTHON [VAR=VALUE ...]
+  e.g. python tests/data/launch/record.py py313-force-color /path/to/python3.13 FORCE_COLOR=1
 (PYTHON must have torch installed.)
 """
 
@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from d2l_ext.launch import free_port  # noqa: E402
+from d2l_ext.launch import free_port
+
+REPO = Path(__file__).resolve().parents[3]
 
 SCRIPT = """\
 import torch, torch.distributed as dist
@@ -49,7 +49,7 @@ def record(name: str, python: str, settings: list[str]) -> Path:
         done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
     version = subprocess.run([python, "-c", "import sys, torch; print(sys.version.split()[0], torch.__version__)"],
                              capture_output=True, text=True, check=True).stdout.split()
-    header = (f"# recorded by tools/record_launch_errors.py: Python {version[0]}, torch {version[1]}, "
+    header = (f"# recorded by tests/data/launch/record.py: Python {version[0]}, torch {version[1]}, "
               f"{' '.join(settings) or 'no colour variable set'}, exit code {done.returncode}\n")
     target = REPO / "tests" / "data" / "launch" / f"{name}.txt"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ checks those files and the packages with the settings in pyproject.toml's [tool.
 finding is printed where it is in the notebook: ``notebooks/04_async_and_gil.ipynb cell 13 line 4: error: ...``
 (cell: 0-based position in the notebook, markdown cells included; line: 1-based within the cell).
 
-Usage: python tools/typecheck.py [PATH ...]   (notebooks, .py files or folders; default: the whole course)
+Usage: python -m tools.checks.typecheck [PATH ...]   (notebooks, .py files or folders; default: the whole course)
 Exit status: 0 without errors, 1 with errors (warnings are printed and do not fail), 2 if the check broke.
 """
 
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 DEFAULT_PATHS = ["notebooks", "d2l_ext", "tools", "tests"]
 
 # Rules off in the files made from notebooks only, each for a reason that holds for notebooks and not for
@@ -175,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     key = None
     if args.cache and not args.paths:
-        sys.path.insert(0, str(REPO))
-        from tools.test_cache import environment_key, repository_files
+        from tools.result_cache import environment_key, repository_files
 
         files = repository_files(REPO)
         if files is not None:

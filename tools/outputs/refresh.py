@@ -6,7 +6,7 @@ cell whose fresh output matches the stored one within the harness's tolerance, a
 included), keeps the stored output (its numbers moved by round-off on this CPU, not by a change).
 The torch build is recorded in the notebook's metadata, so that the harness compares ``build-dependent`` cells
 only under that build.
-Usage: python tools/refresh_outputs.py notebooks [more notebooks or folders ...]
+Usage: python -m tools.outputs.refresh notebooks [more notebooks or folders ...]
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from nbclient import NotebookClient
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 from nbval.plugin import get_sanitize_patterns
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.nbval_harness import (  # noqa: E402  (the repository root is on the path only now)
+from tests.nbval_harness import (
     BUILD_METADATA_KEY,
     compared_cell,
     outputs_match,
     tolerance_for,
     torch_build,
 )
+from tools import REPO
 
 SANITIZE_RULES = get_sanitize_patterns((REPO / "tests" / "sanitize.cfg").read_text(encoding="utf-8"))
 

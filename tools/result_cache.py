@@ -18,7 +18,7 @@ environment starts empty); a failure, an interrupted run, or a run with -k, -m, 
 nothing for it. A fresh clone, as in CI, has no record and runs everything; ``make test FRESH=1`` (pytest option
 ``--rerun-all``) ignores the record. The run ends with one line saying how many files were reused.
 
-Loaded with ``-p tools.test_cache --test-cache PATH``; without ``--test-cache`` it does nothing.
+Loaded with ``-p tools.result_cache --test-cache PATH``; without ``--test-cache`` it does nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 # environment variables that can change what a test computes or which device it sees
 KEYED_VARIABLES = re.compile(r"^(OMP_|MKL_|ONEDNN_|ATEN_|KMP_|OPENBLAS_|PYTHON|TORCH|PYTORCH_|CUDA_|HIP_|ROCR_|NCCL_|"
                              r"GLOO_|D2L_|NBVAL|LANG$|LC_|TZ$|NO_COLOR$|FORCE_COLOR$)")

@@ -1,13 +1,13 @@
-"""tools/venv_disk.py: a new environment hard-links what does not depend on its Python, and only that."""
+"""tools/envs/venvs.py: a new environment hard-links what does not depend on its Python, and only that."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from tools import venv_disk
+from tools.envs import venvs as venv_disk
 
-READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/test_cache.py keys it on code only
+READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
 def install(site: Path, name: str, tag: str, files: dict[str, bytes], outside: str | None = None) -> Path:

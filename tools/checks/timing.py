@@ -3,7 +3,7 @@
 A learner's laptop and a CI runner are never idle, and load stretches the intervals a clock measures, each by its
 own amount. A compared cell that prints a fact derived from wall-clock readings (``t_a > t_b``, "within 1.5x", a
 count of iterations that fit in a time) then prints something else, and the suite goes red on a correct checkout.
-This runs the notebook suite with the clocks made adversarial and deterministic (tools/pretend/sitecustomize.py,
+This runs the notebook suite with the clocks made adversarial and deterministic (tools/checks/pretend/sitecustomize.py,
 mode ``slow-clock``; ``time.perf_counter``, ``time.monotonic`` and ``time.time`` share one timeline, read alike by
 every thread). Each cell's time is cut in two at its *turn*, the end of the cell's first timed piece of work: its
 first clock reading that comes at least 1 ms after the cell's first one and from another place in the notebook's
@@ -43,7 +43,7 @@ changed because of the late load or because it prints otherwise when re-run: `ma
 ``--twice`` and `make run-twice` tell which.
 
 Exit status 1 if a cell is listed. Usage:
-    python tools/check_timing.py [--twice] [--stretch LOW HIGH] [--workers N] [notebooks ...]
+    python -m tools.checks.timing [--twice] [--stretch LOW HIGH] [--workers N] [notebooks ...]
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tools.check_tags import (  # noqa: E402  (the repository root is on the path now)
+from tools import REPO
+from tools.checks import PRETEND
+from tools.checks.tags import (
     TEST_ENVIRONMENT,
     code_cells,
     failed_cells,
     shown,
 )
-from tools.refresh_outputs import notebooks  # noqa: E402
-from tools.run_twice import run_differences  # noqa: E402
+from tools.outputs.refresh import notebooks
+from tools.outputs.twice import run_differences
 
 
 def changed_lines(entries: list[dict]) -> list[str]:
@@ -87,7 +87,7 @@ LOADS = {"early": "load early in the cell", "late": "load late in the cell"}
 
 
 def clock_environment(stretch: tuple[float, float], load: str) -> dict[str, str]:
-    """Return the variables that make tools/pretend/sitecustomize.py stretch the clocks with ``load``."""
+    """Return the variables that make tools/checks/pretend/sitecustomize.py stretch the clocks with ``load``."""
     return {"D2L_EXT_PRETEND": "slow-clock", "D2L_EXT_SLOW_CLOCK_RANGE": f"{stretch[0]},{stretch[1]}",
             "D2L_EXT_SLOW_CLOCK_LOAD": load}
 
@@ -136,7 +136,7 @@ def twice_changes(targets: list[str], stretch: tuple[float, float] = (1.0, 3.0),
     threads = os.environ.get("OMP_NUM_THREADS", "1")
     pins = TEST_ENVIRONMENT if pinned else {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads}
     environment = {**pins, **clock_environment(stretch, "early"),
-                   "PYTHONPATH": os.pathsep.join([str(REPO / "tools" / "pretend"), str(REPO)])}
+                   "PYTHONPATH": os.pathsep.join([str(PRETEND), str(REPO)])}
     paths = notebooks(targets)
     # the kernel's cells numbered above this (its second Run All) take the late load
     environments = [{**environment, "D2L_EXT_SLOW_CLOCK_SWITCH_AFTER": str(executed_cells(path))} for path in paths]

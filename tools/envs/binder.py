@@ -2,8 +2,8 @@
 
 How to run (from anywhere; needs PyPI the first time, no Docker engine):
 
-    .venv/bin/python tools/check_binder.py              # all checks
-    .venv/bin/python tools/check_binder.py --no-resolve # skip the pip dry-run (offline)
+    .venv/bin/python -m tools.envs.binder              # all checks
+    .venv/bin/python -m tools.envs.binder --no-resolve # skip the pip dry-run (offline)
 
 What it does: creates `.venv-binder/` once (reused afterwards) with a pinned jupyter-repo2docker, runs
 `repo2docker --no-build --debug --user-id 1000 --user-name jovyan <repo>` (the uid/name Binder uses), and
@@ -36,7 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 VENV = REPO / ".venv-binder"
 R2D_VERSION = "2026.4.0"
 # repo2docker's base packages (conda names) that the kernel environment keeps, with their pip names

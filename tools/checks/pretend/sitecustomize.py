@@ -1,5 +1,5 @@
-"""Make torch report another build or a GPU, or make time unreliable, for tools/check_tags.py and
-tools/check_timing.py (never imported by the course itself).
+"""Make torch report another build or a GPU, or make time unreliable, for tools/checks/tags.py and
+tools/checks/timing.py (never imported by the course itself).
 
 Python imports this module at start-up when its folder is on PYTHONPATH. With D2L_EXT_PRETEND set it changes
 what torch *reports*, not what it computes, or what the clocks report:

@@ -4,7 +4,7 @@ Google publishes what Colab's GPU runtime holds in the public repository googlec
 (`pip-freeze.gpu.txt`, and the Python version in `os-info-gpu.txt`). When Colab moves, download the new
 `pip-freeze.gpu.txt`, run this tool on it, run `make test-colab PYTHON=<that Python>`, and commit the list:
 
-    python tools/colab_env.py pip-freeze.gpu.txt --source "googlecolab/backend-info@a724079, 2026-08-19" \\
+    python -m tools.envs.colab_env pip-freeze.gpu.txt --source "googlecolab/backend-info@a724079, 2026-08-19" \\
         --python 3.13.15
 
 It keeps Colab's versions of the packages the notebooks import (and of the kernel that runs them), drops the
@@ -19,7 +19,8 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tools import REPO
+
 TARGET = REPO / "tests" / "envs" / "colab.txt"
 
 # what the notebooks and d2l import at run time, and the kernel that runs them on Colab
@@ -51,7 +52,7 @@ def colab_requirements(freeze: str, requirements: str, source: str, python: str)
     if missing:
         raise ValueError(f"Colab's list has no {', '.join(missing)}: is it a pip-freeze.gpu.txt?")
     lines = [
-        "# Colab's GPU runtime, as `make test-colab` rebuilds it (written by tools/colab_env.py: do not edit)",
+        "# Colab's GPU runtime, as `make test-colab` rebuilds it (written by tools/envs/colab_env.py: do not edit)",
         f"# source: {source} (googlecolab/backend-info, pip-freeze.gpu.txt and os-info-gpu.txt)",
         f"# python: {python}",
         *(f"{name}=={colab[normalized(name)]}" for name in COLAB_PACKAGES),

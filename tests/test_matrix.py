@@ -1,9 +1,9 @@
-"""tools/test_matrix.py: the two combined runs that CI makes set every value that the single variants set."""
+"""tools/envs/matrix.py: the two combined runs that CI makes set every value that the single variants set."""
 
 from __future__ import annotations
 
-from tools import test_matrix
-from tools.test_matrix import COMBINED, EACH, Variant
+from tools.envs import matrix as test_matrix
+from tools.envs.matrix import COMBINED, EACH, Variant
 
 
 def values(variants: list[Variant], key: str) -> set[str | None]:
@@ -88,7 +88,7 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     assert build[2] == "env" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
     assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
     assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
-    assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/pretend")
+    assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")
 
 
 def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_matrix.Result]:
@@ -99,7 +99,7 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_
         import subprocess
         calls.append((command, kwargs.get("env")))
         printed, code = "", 0
-        if "tools/check_timing.py" in command:
+        if "tools.checks.timing" in command:
             printed = ("clocks stretched 1x to 3x (seed 0), each of 18 notebooks run twice in one kernel: "
                        "0 compared cell(s) changed, in 200 s\n")
         elif "tests/test_widgets.py" in command:
@@ -109,7 +109,7 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_
         error = "" if code == 0 else "ERROR: No matching distribution found for torch==2.14.1\n"
         return subprocess.CompletedProcess(command, code, stdout=printed, stderr=error)
 
-    from tools import colab_stack
+    from tools.envs import colab as colab_stack
     monkeypatch.setattr(test_matrix.subprocess, "run", run)
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.COLAB_VENV_GIB + 1)
@@ -122,7 +122,7 @@ def test_the_second_combined_run_is_the_twice_pass_on_colabs_packages(monkeypatc
     calls, result = colab_run(monkeypatch, tmp_path)
     (twice, twice_env), (widgets, _), (resolve, _) = calls
     colab_python = str(test_matrix.REPO / ".venv-colab" / "bin" / "python")
-    assert twice == [colab_python, "tools/check_timing.py", "--twice", "--unpinned"]  # not make: no pins installed
+    assert twice == [colab_python, "-m", "tools.checks.timing", "--twice", "--unpinned"]  # not make: no pins installed
     assert twice_env["MKL_CBWR"] == "COMPATIBLE" and twice_env["OMP_NUM_THREADS"] == "1"
     assert widgets[0] == colab_python and widgets[-1] == "tests/test_widgets.py"  # the sliders on ipywidgets 7
     assert resolve[resolve.index("--python-version") + 1] == test_matrix.COLAB_PYTHON == "3.13"

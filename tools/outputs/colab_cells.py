@@ -19,13 +19,14 @@ from pathlib import Path
 
 import nbformat
 
+from tools import REPO as ROOT
+
 REPOSITORY = "d2l-ext/gpus-in-pytorch"  # owner/name on GitHub: change this in a fork
 BRANCH = "main"
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 BADGE_ID, SETUP_ID = "colab-badge", "colab-setup"
-README_START, README_END = "<!-- badges: written by tools/colab.py -->", "<!-- /badges -->"
+README_START, README_END = "<!-- badges: written by tools/outputs/colab_cells.py -->", "<!-- /badges -->"
 
 
 def d2l_requirement() -> str:

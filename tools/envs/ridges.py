@@ -1,7 +1,7 @@
 """Measure this CPU's ridge point under each setting the notebooks are tested with: `make measure-ridges`.
 
 Chapter 10 labels each operation of the course memory-bound or compute-bound, and that label is a compared
-output: it must hold under every setting CI tries (tools/test_matrix.py) and under load. A ridge measured in the
+output: it must hold under every setting CI tries (tools/envs/matrix.py) and under load. A ridge measured in the
 cell cannot give it: MKL's compatible code path makes matrix products three times slower here, and check-timing
 stretches one of the two timings threefold. So the chapter compares each operation's intensity with the ridges
 this script measured (``roofline.CPU_RIDGES``), and prints the ridge of its own run beside, uncompared.
@@ -10,7 +10,7 @@ Each setting runs ``roofline.measure_machine()`` three times in a fresh process;
 with the peak and bandwidth of that run. "busy" adds a process spinning on one core beside make test's pins.
 The output ends with the dictionary to paste into d2l_ext/roofline.py.
 
-Usage: python tools/measure_ridges.py
+Usage: python -m tools.envs.ridges
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-from test_matrix import COLAB_PYTHON, COMBINED, EACH  # noqa: E402  (the settings CI runs the notebooks with)
+from tools import REPO as ROOT
+from tools.envs.matrix import COLAB_PYTHON, COMBINED, EACH  # the settings CI runs the notebooks with
 
 PINS = {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}  # make test's (Makefile)
 CHILD = ("import json\nfrom d2l_ext import roofline\n"

@@ -1,0 +1,1 @@
+"""The web book and its Vietnamese and Chinese editions."""
