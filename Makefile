@@ -15,25 +15,18 @@ LAB_DIR ?= notebooks
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # nbval workers: notebooks run in parallel, each notebook whole in one worker (--dist loadfile)
 NBVAL_WORKERS ?= 2
-NBVAL_OPTS := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout 300
-# Pins that make stored numbers hold across x86 CPUs: MKL and oneDNN take the AVX2 code path that the stored
-# outputs were made with, also on CPUs with AVX-512 or AMX (elsewhere, e.g. on ARM, they change nothing).
-# MKL_CBWR=COMPATIBLE would pin more but made a 1024x1024 product 3.4x slower here; make test-matrix runs it.
-# The harness compares numbers within a tolerance, so a machine without these pins passes too (the matrix shows it).
-NUMERIC_ENV ?= PYTHONHASHSEED=0 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
-# The tests run several notebooks at once: one thread per kernel, or their threads fight over the cores (warm
-# make test took 3 min 21 s with the default, 2 min 43 s with one thread). make outputs runs one notebook at a
-# time with every thread, as a learner does; make test-matrix runs the notebooks with the default threads too.
-TEST_THREADS ?= OMP_NUM_THREADS=1
+# How make test runs the notebooks (the numeric pins, one thread a kernel, nbval's options): one file, which the
+# tools that run the notebooks another way read too
+include tools/outputs/settings.mk
 
-.PHONY: env lab test lint unit notebooks outputs measure-ridges test-matrix test-colab check-tags check-timing check-memory run-twice gpu-check doctor colab binder-check browser-check book book-check clean help
+.PHONY: env lab test lint unit notebooks outputs measure-ridges test-matrix test-colab check-tags check-timing check-memory check-gpu doctor colab check-binder check-browser book check-book browser-deps clean help gpu-check book-check binder-check browser-check
 
 help:
 	@echo "Learning:"
 	@echo "  make lab             create the environment (first run) and open the notebooks in JupyterLab"
 	@echo "  make doctor          report what this machine can run, chapter by chapter"
 	@echo "  make book            build the course as a web book (English, Vietnamese, Chinese) in build/book/html"
-	@echo "  make gpu-check       on a machine with a GPU: run every notebook, report to build/gpu-check.md"
+	@echo "  make check-gpu       on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "Contributing (CONTRIBUTING.md):"
 	@echo "  make test            create the environment (first run) and run lint, unit tests and nbval"
 	@echo "  make env             only create or update the environment (.venv)"
@@ -44,13 +37,13 @@ help:
 	@echo "  make colab           rewrite Colab badges and setup cells from the address in tools/outputs/colab_cells.py"
 	@echo "  make measure-ridges  this CPU's ridge point under each setting CI tries (roofline.CPU_RIDGES, chapter 10)"
 	@echo "  make test-colab PYTHON=python3.13   the notebooks on Colab's packages and Python (tests/envs/colab.txt)"
-	@echo "  make run-twice       run every notebook twice in one kernel and compare the second run"
-	@echo "  make binder-check    check Binder's generated build against this Makefile (repo2docker, no Docker)"
-	@echo "  make browser-check   open a chapter in JupyterLab in headless Chromium and save a screenshot"
+	@echo "  make check-binder    check Binder's generated build against this Makefile (repo2docker, no Docker)"
+	@echo "  make check-browser   open a chapter in JupyterLab in headless Chromium and save a screenshot"
 	@echo "  make clean           remove the environment"
 	@echo "CI (.ci/run runs these after make test):"
 	@echo "  make check-tags      find outputs that depend on the torch build or the device but are not tagged"
-	@echo "  make book-check      serve the book on 127.0.0.1: check its links, open every page in headless Chromium"
+	@echo "  make browser-deps    install Debian's chromium and a CJK font with apt-get (root), if missing"
+	@echo "  make check-book      serve the book on 127.0.0.1: check its links, open every page in headless Chromium"
 	@echo "  make check-memory    run every notebook as on Binder: a fresh kernel, it and what it starts in 2 GiB"
 	@echo "                       less 200 MB for the server (a cgroup, or systemd-run); each notebook's peaks"
 	@echo "  make test-matrix     the notebooks under other CPU code paths, thread counts and Pythons (2 combined"
@@ -127,11 +120,11 @@ check-tags: env
 	$(BIN)/python -m tools.checks.tags $(CHECK_TAGS_ARGS)
 
 # On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
-gpu-check: env
+check-gpu: env
 	$(BIN)/python -m tools.envs.gpu
 
 # Compared outputs that change when clocks run 3x fast before each cell's turn (its first timed work), then after
-# CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (make run-twice's check too)
+# CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (a learner re-running it)
 CHECK_TIMING_ARGS ?=
 check-timing: env
 	$(BIN)/python -m tools.checks.timing $(CHECK_TIMING_ARGS)
@@ -149,10 +142,6 @@ CHECK_MEMORY_ARGS ?=
 check-memory: env
 	$(BIN)/python -m tools.checks.memory $(CHECK_MEMORY_ARGS)
 
-# Run All twice in one kernel: the second run prints the stored outputs too
-run-twice: env
-	env $(NUMERIC_ENV) $(BIN)/python -m tools.outputs.twice notebooks
-
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
 outputs: env
 	env $(NUMERIC_ENV) $(BIN)/python -m tools.outputs.refresh notebooks
@@ -162,7 +151,7 @@ outputs: env
 BOOK_PYTHON ?= python3
 BOOK_VENV   ?= .venv-book
 # CI passes --skip-if-no-browser: without Chromium the links are still checked, and a banner says what was not
-BOOK_CHECK_ARGS ?=
+CHECK_BOOK_ARGS ?=
 $(BOOK_VENV)/.installed: requirements-book.txt
 	@$(BOOK_PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] >= (3, 11) else \
 	  "make book needs Python 3.11 or newer; $(BOOK_PYTHON) is %d.%d. Run: make book BOOK_PYTHON=python3.11" % v[:2])'
@@ -173,12 +162,9 @@ $(BOOK_VENV)/.installed: requirements-book.txt
 book: $(BOOK_VENV)/.installed
 	$(BOOK_VENV)/bin/python -m tools.book.build
 
-# The built book served on 127.0.0.1: LinkChecker over its internal links, every page in headless Chromium
-book-check: $(BOOK_VENV)/.installed
-	@(command -v chromium && fc-list :lang=zh | grep -q .) >/dev/null || \
-	  (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk) || \
-	  echo "could not install chromium and fonts-noto-cjk (Chinese pages need a CJK font)"
-	$(BOOK_VENV)/bin/python -m tools.browser.book_pages $(BOOK_CHECK_ARGS)
+# The built book served on 127.0.0.1: every internal link and anchor followed, every page in headless Chromium
+check-book: $(BOOK_VENV)/.installed browser-deps
+	$(BOOK_VENV)/bin/python -m tools.browser.book_pages $(CHECK_BOOK_ARGS)
 
 # Colab badges and setup cells, README badges: from the repository address in tools/outputs/colab_cells.py
 colab: env
@@ -188,13 +174,26 @@ doctor: env
 	$(BIN)/python -m d2l_ext.doctor
 
 # Binder's build, generated by repo2docker without Docker, compared with this Makefile's (needs PyPI once)
-binder-check: env
+check-binder: env
 	$(BIN)/python -m tools.envs.binder
 
 # JupyterLab served by `make lab`, a chapter opened in headless Chromium (Debian's package), a screenshot
-browser-check: env
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+check-browser: env browser-deps
 	$(BIN)/python -m tools.browser.lab --output build/browser-check.png
+
+# Debian's Chromium, and a CJK font for the Chinese pages, for the checks that open pages. Installing them takes
+# apt-get and root: the line before says so, and without root it says what to install instead.
+browser-deps:
+	@(command -v chromium && fc-list :lang=zh | grep -q .) >/dev/null || { \
+	  echo "Chromium or a CJK font is missing: installing Debian's chromium and fonts-noto-cjk with apt-get"; \
+	  (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk) || \
+	  echo "could not install them (apt-get needs root): install chromium and fonts-noto-cjk, then run it again"; }
+
+# The checks' names before 2026-11-27, kept for a while (scripts and notes that name them)
+gpu-check: check-gpu
+book-check: check-book
+binder-check: check-binder
+browser-check: check-browser
 
 clean:
 	rm -rf $(VENV) .venv-binder $(BOOK_VENV)

@@ -1,4 +1,4 @@
-"""tools/book/build.py without Sphinx: what it feeds the build (make book builds it; make book-check opens it)."""
+"""tools/book/build.py without Sphinx: what it feeds the build (make book builds it; make check-book opens it)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools.envs import colab as colab_stack
-from tools.envs.colab_env import COLAB_PACKAGES, TARGET, TEST_TOOLS, colab_python, colab_requirements, pins
+from tools.envs.colab import COLAB_PACKAGES, TARGET, TEST_TOOLS, colab_python, colab_requirements, pins
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def test_the_committed_list_is_what_the_tool_writes():
     assert committed.startswith("# Colab's GPU runtime")
     written = pins(committed)
     requirements = pins((REPO / "requirements.txt").read_text())
-    # the test tools follow requirements.txt: bump them together (python -m tools.envs.colab_env rewrites the list)
+    # the test tools follow requirements.txt: bump them together (python -m tools.envs.colab freeze rewrites the list)
     assert {tool: written[tool] for tool in TEST_TOOLS} == {tool: requirements[tool] for tool in TEST_TOOLS}
     assert sorted(written) == sorted([*map(str.lower, COLAB_PACKAGES), *TEST_TOOLS])
 

@@ -1,4 +1,4 @@
-"""tools/envs/gpu.py (make gpu-check): what it does without a GPU, and how it classifies cells."""
+"""tools/envs/gpu.py (make check-gpu): what it does without a GPU, and how it classifies cells."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbval.plugin import get_sanitize_patterns
 
-from tests.nbval_harness import (
+from tools.outputs.compare import (
     DEFAULT_TOLERANCE,
     NumberChecker,
     Tolerance,

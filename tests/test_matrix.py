@@ -114,7 +114,7 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.COLAB_VENV_GIB + 1)
     monkeypatch.setattr(colab_stack, "build", lambda python, venv: venv / "bin" / "python")
-    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for check-timing, run-twice and test-colab
+    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for check-timing --twice and test-colab
     return calls, test_matrix.run_variant(variant, tmp_path)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.nbval_harness import (
+from tools.outputs.compare import (
     BUILD_DEPENDENT_TAG,
     BUILD_METADATA_KEY,
     DEVICE_DEPENDENT_TAG,

@@ -1,6 +1,6 @@
 """Open a chapter notebook in JupyterLab in a real (headless Chromium) browser and check that it renders.
 
-How to run (needs /usr/bin/chromium, e.g. `apt-get install -y chromium`; no extra Python package):
+How to run (needs Chromium: make browser-deps; no extra Python package):
 
     .venv/bin/python -m tools.browser.lab                       # 01_devices.ipynb -> build/browser-check.png
     .venv/bin/python -m tools.browser.lab --notebook 03_copying.ipynb --expect "GB/s" --output /tmp/lab.png
@@ -31,7 +31,6 @@ import html
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -45,27 +44,14 @@ import psutil
 from PIL import Image
 
 from tools import REPO
+from tools.browser.chromium import FLAGS, INSTALL_HINT, find_chromium, free_port
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = ["--headless", *FLAGS]
 EXPECTED_TEXT = {"01_devices.ipynb": "device(type='cpu')"}
 
 
 class CheckFailed(Exception):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def find_chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    raise CheckFailed("no chromium found; install it with: apt-get install -y chromium")
 
 
 def wait_for_api(lab: subprocess.Popen, port: int, token: str, timeout: float) -> list[str]:
@@ -161,6 +147,8 @@ def stop(lab: subprocess.Popen, port: int) -> list[str]:
 
 def check(opts: argparse.Namespace, workdir: Path) -> None:
     browser = find_chromium()
+    if browser is None:
+        raise CheckFailed(f"no chromium found; install it with: {INSTALL_HINT}")
     expected = opts.expect or EXPECTED_TEXT.get(opts.notebook)
     if not expected:
         raise CheckFailed(f"no known output text for {opts.notebook}; pass --expect TEXT")

@@ -11,7 +11,7 @@ and lists the untagged cells whose compared output changed:
   what follows in that notebook would run on a broken state: it is skipped. Only cells before that first
   exception whose output changed are listed: this finds outputs that depend on what torch *reports* (device
   counts, names, which branch a cell takes). What a GPU *computes* differently is found only on a GPU: there
-  `make test` compares every untagged cell (`make gpu-check` runs the notebooks there).
+  `make test` compares every untagged cell (`make check-gpu` runs the notebooks there).
 
 Exit status 1 if a cell is listed. Usage: python -m tools.checks.tags [--mode cpu-build|gpu] [notebooks ...]
 """
@@ -31,6 +31,7 @@ import pytest  # this module is also a pytest plugin, loaded with -p by untagged
 
 from tools import REPO
 from tools.checks import PRETEND
+from tools.outputs.run import NBVAL_OPTIONS, TEST_ENVIRONMENT  # as make test runs the notebooks
 
 TAG_FOR = {"cpu-build": "build-dependent", "gpu": "device-dependent"}
 RESULTS_VARIABLE = "D2L_EXT_CHECK_TAGS_RESULTS"
@@ -64,9 +65,6 @@ def pytest_runtest_makereport(item, call):
                                "error": error if how == "exception" else ""}) + "\n")
 
 
-# as `make test` runs the notebooks (Makefile: NUMERIC_ENV and TEST_THREADS): a change these checks list comes from
-# what they pretend, not from another code path or thread count (make test-matrix's business)
-TEST_ENVIRONMENT = {"PYTHONHASHSEED": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
 
 
 def code_cells(path: Path) -> list:
@@ -80,8 +78,7 @@ def failed_cells(environment: dict[str, str], targets: list[str], workers: int =
     results = Path(tempfile.mkstemp(prefix="check-cells-", suffix=".jsonl")[1])
     environment = {**os.environ, **environment, RESULTS_VARIABLE: str(results),
                    "PYTHONPATH": os.pathsep.join([str(PRETEND), str(REPO)])}
-    command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-               "tests/sanitize.cfg", "-p", "tests.nbval_harness", "-p", "tools.checks.tags", "-p", "no:cacheprovider",
+    command = [sys.executable, "-m", "pytest", *NBVAL_OPTIONS, "-p", "tools.checks.tags", "-p", "no:cacheprovider",
                *(["-n", str(workers), "--dist", "loadfile"] if workers > 1 else ["-p", "no:xdist"]), "-q", *targets]
     subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
     failures: dict[str, dict[int, dict]] = {}

@@ -36,11 +36,11 @@ compared and cannot be listed; everything else is, ``device-dependent`` and ``bu
 fresh kernels (two passes).
 
 With ``--twice`` (what CI runs) each notebook runs top to bottom twice in one kernel, the first run with the load
-early, the second with it late, and both are compared with the stored outputs: the second also as `make
-run-twice` does (a learner re-running the notebook in the kernel they have). One pass of the suite's cost does the
+early, the second with it late, and both are compared with the stored outputs: the second also as a
+learner meets it who re-runs the notebook in the kernel they have. One pass of the suite's cost does the
 work of both tools; a cell is listed with the first run that changed it. A cell listed only for the second run
 changed because of the late load or because it prints otherwise when re-run: `make check-timing` without
-``--twice`` and `make run-twice` tell which.
+``--twice`` (one run, in a fresh kernel) tells which.
 
 Exit status 1 if a cell is listed. Usage:
     python -m tools.checks.timing [--twice] [--stretch LOW HIGH] [--workers N] [notebooks ...]
@@ -62,13 +62,11 @@ from pathlib import Path
 from tools import REPO
 from tools.checks import PRETEND
 from tools.checks.tags import (
-    TEST_ENVIRONMENT,
     code_cells,
     failed_cells,
     shown,
 )
-from tools.outputs.refresh import notebooks
-from tools.outputs.twice import run_differences
+from tools.outputs.run import TEST_ENVIRONMENT, notebooks, run_differences
 
 
 def changed_lines(entries: list[dict]) -> list[str]:
@@ -166,7 +164,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="notebooks run at once (default 2)")
     parser.add_argument("--twice", action="store_true",
                         help="run each notebook twice in one kernel (the load early, then late), and compare both "
-                             "runs (make run-twice's check too)")
+                             "runs (a learner re-running it)")
     parser.add_argument("--unpinned", action="store_true",
                         help="with --twice: keep this environment's MKL, oneDNN and ATen settings instead of make "
                              "test's pins (make test-matrix's second run)")
@@ -189,7 +187,7 @@ def main(argv: list[str]) -> int:
           + ("; print their timing-derived facts in a cell tagged nbval-ignore-output, or make them bounds that "
              "load cannot break (CONTRIBUTING.md: Outputs that hold on a busy machine)"
              + ("; a cell listed only for its second run may also print otherwise when re-run in the same kernel "
-                "(make run-twice): seed what it draws, and do not let it depend on what later cells leave behind"
+                "(as a learner re-running it): seed what it draws, do not depend on what later cells leave behind"
                 if args.twice else "")
              + ":" if listed else ""))
     for block in listed:

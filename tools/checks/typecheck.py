@@ -8,6 +8,11 @@ checks those files and the packages with the settings in pyproject.toml's [tool.
 finding is printed where it is in the notebook: ``notebooks/04_async_and_gil.ipynb cell 13 line 4: error: ...``
 (cell: 0-based position in the notebook, markdown cells included; line: 1-based within the cell).
 
+nbqa 1.9.1 was tried in its place (2026-11-27) and not adopted: it replaces the Colab setup cell of every
+notebook by a placeholder, since its ``!git clone`` line ends with a backslash, so a mistake there went unreported;
+its findings count code cells only and need a wrapper to be mapped at all; and the course's other code needs a
+second basedpyright run. The wrappers cost about the ~100 lines it would save.
+
 Usage: python -m tools.checks.typecheck [PATH ...]   (notebooks, .py files or folders; default: the whole course)
 Exit status: 0 without errors, 1 with errors (warnings are printed and do not fail), 2 if the check broke.
 """

@@ -1,4 +1,4 @@
-"""Run every notebook on a machine with a GPU and write what happened: `make gpu-check`.
+"""Run every notebook on a machine with a GPU and write what happened: `make check-gpu`.
 
 CI has no GPU, so the course's GPU-only cells are checked there only statically. On a machine with a GPU (a
 workstation, a cloud instance, Colab), this runs each notebook top to bottom in a fresh kernel, as nbval does,
@@ -35,9 +35,9 @@ import nbformat
 
 import d2l_ext
 from d2l_ext import doctor
-from tests.nbval_harness import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for
 from tools import REPO
-from tools.outputs.refresh import notebooks, sanitize
+from tools.outputs.compare import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for
+from tools.outputs.run import notebook_client, notebooks, outputs_text, sanitize
 
 SKIP_PREFIX = "Skipped: this cell needs"
 # peak of one direction of a PCIe link, GB/s, by generation, for x16 (after line coding)
@@ -61,18 +61,6 @@ class NotebookResult:
     cells: list[CellResult] = field(default_factory=list)
 
 
-def _text(outputs: list) -> str:
-    parts = []
-    for output in outputs:
-        if output.get("output_type") == "stream":
-            parts.append(output.get("text", ""))
-        elif output.get("output_type") == "error":
-            parts.append(f"{output.get('ename')}: {output.get('evalue')}")
-        else:
-            parts.append(output.get("data", {}).get("text/plain", ""))
-    return "".join(parts).strip()
-
-
 def _seconds(cell) -> float:
     timing = cell.metadata.get("execution", {})
     try:
@@ -85,20 +73,11 @@ def _seconds(cell) -> float:
 
 def run_notebook(path: Path) -> NotebookResult:
     """Execute ``path`` in a fresh kernel (not in place) and classify each code cell."""
-    from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
-
     notebook = nbformat.read(path, as_version=4)
     stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
-    kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
-    client = NotebookClient(notebook, km=kernel, timeout=900, allow_errors=True, record_timing=True,
-                            resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    try:
+    with notebook_client(notebook, path, timeout=900, allow_errors=True, record_timing=True) as client:
         client.execute()
-    finally:
-        kernel.shutdown_kernel(now=True)
     result = NotebookResult(path, seconds=time.perf_counter() - start)
     code_index = -1
     for cell, old in zip(notebook.cells, stored, strict=True):
@@ -106,7 +85,7 @@ def run_notebook(path: Path) -> NotebookResult:
             continue
         code_index += 1
         tags = cell.metadata.get("tags", [])
-        text = _text(cell.outputs)
+        text = outputs_text(cell.outputs, sanitized=False)
         errored = any(o.get("output_type") == "error" for o in cell.outputs) and "raises-exception" not in tags
         guarded = "needs_gpus(" in cell.source
         status = "failed" if errored else "skipped" if guarded and text.startswith(SKIP_PREFIX) else "ran"
@@ -180,7 +159,7 @@ def figures() -> list[str]:
 
 
 def report(results: list[NotebookResult], machine_lines: list[str], figure_lines: list[str]) -> str:
-    lines = ["# make gpu-check", "", "## Machine", "", *machine_lines, "", "## Figures the prose relies on", "",
+    lines = ["# make check-gpu", "", "## Machine", "", *machine_lines, "", "## Figures the prose relies on", "",
              *figure_lines, "", "## Notebooks", "",
              "| notebook | seconds | guarded cells ran | skipped | failed cells | untagged outputs that differ |",
              "|---|---|---|---|---|---|"]
@@ -206,7 +185,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("targets", nargs="*", default=[str(REPO / "notebooks")])
     args = parser.parse_args(argv)
     if d2l_ext.num_gpus() == 0:
-        print("make gpu-check: no GPU on this machine, nothing to check. Run it where torch sees a GPU "
+        print("make check-gpu: no GPU on this machine, nothing to check. Run it where torch sees a GPU "
               "(on Colab: Runtime > Change runtime type > T4 GPU; see the README).")
         return 0
     results = []

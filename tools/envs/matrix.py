@@ -35,8 +35,9 @@ from pathlib import Path
 
 from tools import REPO
 from tools.checks import PRETEND
-from tools.envs.colab_env import TARGET, colab_python
-from tools.envs.venvs import COLAB_VENV_GIB, SEEDED_VENV_GIB, free_gib
+from tools.envs import colab as colab_stack
+from tools.envs.colab import TARGET, colab_python
+from tools.envs.venvs import COLAB_VENV_GIB, SEEDED_VENV_GIB, find_python, free_gib
 
 COLAB_PYTHON = colab_python(TARGET.read_text())  # the Python of Colab's runtime, which tests/envs/colab.txt names
 
@@ -50,7 +51,7 @@ class Variant:
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
     pretend: str = ""  # torch made to report another build (tools/checks/pretend/sitecustomize.py), as check_tags does
-    twice: bool = False  # run by tools/checks/timing.py --twice --unpinned (check-timing and run-twice), not by nbval
+    twice: bool = False  # run by tools/checks/timing.py --twice --unpinned (check-timing --twice), not by nbval
     colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/envs/colab.py
 
 
@@ -84,7 +85,7 @@ EACH = [
 #
 # The second runs each notebook twice in one kernel with every clock stretched adversarially (3x before each cell's
 # turn in the first run, 3x after it in the second), both runs compared (what
-# `make check-timing` and `make run-twice` check, tools/checks/timing.py --twice): stretched clocks change only what
+# `make check-timing --twice` checks, tools/checks/timing.py --twice): stretched clocks change only what
 # a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
 # The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
 # --mode cpu-build` does on its own: there, cells tagged build-dependent are not compared, and any other cell that
@@ -124,17 +125,6 @@ def twice_counts(output: str) -> tuple[int, int]:
     return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
-def find_python(name: str) -> str | None:
-    """Return a working interpreter called ``name`` (e.g. python3.10): on PATH, or among pyenv's versions."""
-    candidates = [shutil.which(name)]  # a pyenv shim is on PATH even when its version is not selected
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{name.removeprefix('python')}*/bin/{name}"))
-    for candidate in filter(None, candidates):
-        if subprocess.run([candidate, "-c", "import sys"], capture_output=True).returncode == 0:
-            return candidate
-    return None
-
-
 def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
@@ -170,7 +160,6 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
     if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
-        from tools.envs import colab as colab_stack  # here: it imports find_python from this module
         assert python is not None
         bin_python = str(colab_stack.build(python, venv))
         commands = [[bin_python, "-m", "tools.checks.timing", "--twice", "--unpinned"],
@@ -244,7 +233,6 @@ def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
             print(f"{venv.name} not built ahead: {free_gib(REPO):.1f} GiB free; its run will build it", flush=True)
             continue
         if variant.colab:
-            from tools.envs import colab as colab_stack  # here: it imports find_python from this module
             try:
                 colab_stack.build(python, venv)
                 built = True

@@ -23,8 +23,9 @@ import sys
 
 from tools import REPO as ROOT
 from tools.envs.matrix import COLAB_PYTHON, COMBINED, EACH  # the settings CI runs the notebooks with
+from tools.outputs.run import TEST_ENVIRONMENT
 
-PINS = {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}  # make test's (Makefile)
+PINS = {k: v for k, v in TEST_ENVIRONMENT.items() if k != "PYTHONHASHSEED"}  # make test's (settings.mk)
 CHILD = ("import json\nfrom d2l_ext import roofline\n"
          "print(json.dumps([roofline.measure_machine() for _ in range(3)]))")
 
@@ -42,7 +43,7 @@ def settings() -> dict[str, dict[str, str]]:
 
 def measure(environment: dict[str, str]) -> tuple[float, float, float]:
     """Return the median ridge of three measurements in a fresh process, with that run's peak and bandwidth."""
-    keep = {k: v for k, v in os.environ.items() if k not in {"MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"}}
+    keep = {k: v for k, v in os.environ.items() if k not in PINS}
     result = subprocess.run([sys.executable, "-c", CHILD], env={**keep, **environment, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, check=True)
     runs = sorted(json.loads(result.stdout), key=lambda run: run[0] / run[1])

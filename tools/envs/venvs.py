@@ -11,6 +11,8 @@ libraries, which are the same files for every Python. Two steps make a new envir
   in SOURCE by a hard link to it (torch's CUDA libraries are the same for Python 3.10 to 3.13).
 
 `free_gib` tells the callers whether a new environment fits; they say what they do when it does not.
+`find_python` finds the other Pythons they need. This module imports nothing else of the course's: the
+Makefile runs it with a new environment's Python before anything is installed there.
 
 Usage: python -m tools.envs.venvs seed|dedupe SOURCE_VENV   (with the target environment's Python)
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -28,6 +31,17 @@ from pathlib import Path
 # free disk at its peak and 1.8 GiB once deduped (6.2 GiB unseeded).
 SEEDED_VENV_GIB = 5.0  # what a seeded matrix environment needs free, with a margin
 COLAB_VENV_GIB = 7.0  # .venv-colab: another torch (2.11), so fewer of its files can be seeded
+
+
+def find_python(name: str) -> str | None:
+    """Return a working interpreter called ``name`` (e.g. python3.10): on PATH, or among pyenv's versions."""
+    candidates = [shutil.which(name)]  # a pyenv shim is on PATH even when its version is not selected
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{name.removeprefix('python')}*/bin/{name}"))
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "import sys"], capture_output=True).returncode == 0:
+            return candidate
+    return None
 
 
 def free_gib(path: Path) -> float:

@@ -13,40 +13,22 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import nbformat
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
-from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
-from nbval.plugin import get_sanitize_patterns
 
-from tests.nbval_harness import (
+from tools import REPO
+from tools.outputs.compare import (
     BUILD_METADATA_KEY,
     compared_cell,
     outputs_match,
     tolerance_for,
     torch_build,
 )
-from tools import REPO
-
-SANITIZE_RULES = get_sanitize_patterns((REPO / "tests" / "sanitize.cfg").read_text(encoding="utf-8"))
-
-
-def notebooks(args: list[str]) -> list[Path]:
-    """Return the notebooks named by ``args`` (files, or folders searched recursively)."""
-    found: list[Path] = []
-    for arg in args:
-        path = Path(arg)
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-        else:
-            found.append(path)
-    return found
+from tools.outputs.run import notebook_client, notebooks
 
 
 def refresh(path: Path) -> int | None:
@@ -56,18 +38,9 @@ def refresh(path: Path) -> int | None:
     """
     notebook = nbformat.read(path, as_version=4)
     stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
-    kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
-    client = NotebookClient(
-        notebook, km=kernel, timeout=600, record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    try:
+    with notebook_client(notebook, path, record_timing=False) as client:
         client.execute()
-        peak = _peak_memory(kernel)
-    finally:
-        if client.kc is not None:
-            client.kc.stop_channels()
-        kernel.shutdown_kernel(now=True)
+        peak = _peak_memory(client.km)
     notebook.metadata.pop("widgets", None)
     _relative_paths_in_tracebacks(notebook, REPO)
     kept = _keep_stored_within_tolerance(notebook, stored)
@@ -76,13 +49,6 @@ def refresh(path: Path) -> int | None:
     if kept:
         print(f"  kept the stored output of {kept} compared cell(s) matching the fresh one", flush=True)
     return peak
-
-
-def sanitize(text: str) -> str:
-    """Return ``text`` after tests/sanitize.cfg's rules, in order, as nbval applies them."""
-    for regex, replace in SANITIZE_RULES:
-        text = re.sub(regex, replace, text)
-    return text
 
 
 def _keep_stored_within_tolerance(notebook: nbformat.NotebookNode, stored: list) -> int:
@@ -105,7 +71,7 @@ def _keep_stored_within_tolerance(notebook: nbformat.NotebookNode, stored: list)
     return kept
 
 
-def _peak_memory(kernel: KernelManager) -> int | None:
+def _peak_memory(kernel: Any) -> int | None:
     """Return the kernel process's peak resident memory (VmHWM) in bytes, where /proc tells it."""
     try:
         process: Any = getattr(kernel.provisioner, "process", None)  # a local kernel's Popen (None: AttributeError)

@@ -1,0 +1,146 @@
+"""Run a notebook in a kernel of this environment, as nbval does, and say what differs from its stored outputs.
+
+The one kernel runner of the tools: make outputs (refresh.py), check-timing --twice (checks/timing.py) and
+make gpu-check (envs/gpu.py) start their kernels here. It also reads make test's settings (settings.mk: the
+numeric pins, the thread rule, nbval's options) for the tools that run the notebooks another way.
+
+nbclient runs the cells; what it does not do is ours: the kernel nbval would start (this environment's), the
+sanitizing of tests/sanitize.cfg, and running a notebook twice in one kernel with each run compared within the
+harness's tolerance (a learner re-running a notebook; a cell without its seed prints otherwise the second time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
+from nbval.plugin import get_sanitize_patterns
+
+from tools import REPO
+from tools.outputs.compare import (
+    BUILD_METADATA_KEY,
+    compared_cell,
+    outputs_match,
+    should_compare,
+    tolerance_for,
+    torch_build,
+)
+
+SANITIZE_RULES = get_sanitize_patterns((REPO / "tests" / "sanitize.cfg").read_text(encoding="utf-8"))
+
+
+def test_settings(path: Path = REPO / "tools" / "outputs" / "settings.mk") -> dict[str, str]:
+    """Return settings.mk's variables, {NAME: VALUE}, as make reads its ``NAME ?= VALUE`` lines."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^([A-Z_]+)\s*\?=\s*(.*)$", line)
+        if match:
+            found[match[1]] = match[2].strip()
+    return found
+
+
+SETTINGS = test_settings()
+# make test's environment for the notebooks: the numeric pins and one thread a kernel
+TEST_ENVIRONMENT = dict(item.split("=", 1) for item in shlex.split(SETTINGS["NUMERIC_ENV"] + " " +
+                                                                     SETTINGS["TEST_THREADS"]))
+NBVAL_OPTIONS = shlex.split(SETTINGS["NBVAL_OPTS"])
+
+
+def notebooks(args: list[str]) -> list[Path]:
+    """Return the notebooks named by ``args`` (files, or folders searched recursively)."""
+    found: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        else:
+            found.append(path)
+    return found
+
+
+def sanitize(text: str) -> str:
+    """Return ``text`` after tests/sanitize.cfg's rules, in order, as nbval applies them."""
+    for regex, replace in SANITIZE_RULES:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def outputs_text(outputs: list, sanitized: bool = True) -> str:
+    """Return the text of a cell's outputs (streams, errors as ``Name: value``, plain-text results), stripped and,
+    unless told otherwise, sanitized as nbval compares it."""
+    parts = []
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif output.get("output_type") == "error":
+            parts.append(f"{output.get('ename')}: {output.get('evalue')}")
+        else:
+            parts.append(output.get("data", {}).get("text/plain", ""))
+    text = "".join(parts).strip()
+    return sanitize(text) if sanitized else text
+
+
+@contextlib.contextmanager
+def notebook_client(notebook: nbformat.NotebookNode, path: Path, **options: Any) -> Iterator[NotebookClient]:
+    """Yield an nbclient client for ``notebook`` (read from ``path``) on the kernel nbval would start, in the
+    notebook's folder; the kernel is shut down on the way out. ``options`` go to NotebookClient (timeout: 600 s)."""
+    kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
+    client = NotebookClient(notebook, km=kernel, **{"timeout": 600, **options},
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        yield client
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+        kernel.shutdown_kernel(now=True)
+
+
+def run_differences(path: Path, environment: dict[str, str] | None = None,
+                    compare_first: bool = False) -> list[tuple[int, int, str, str, str]]:
+    """Run ``path`` twice in one kernel (its environment: this one plus ``environment``); return, for each compared
+    cell whose output differs from the stored one in the second run (and, with ``compare_first``, in the first),
+    (run, code cell index, its first line, the stored text, the fresh text), texts sanitized."""
+    notebook = nbformat.read(path, as_version=4)
+    stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
+    found = []
+    # as the harness decides under nbval: device-dependent cells are not compared on a machine with a GPU, nor
+    # build-dependent ones under another torch build than the one that made the stored outputs
+    import d2l_ext
+
+    has_accelerator = d2l_ext.num_gpus() > 0
+    same_build = notebook.metadata.get(BUILD_METADATA_KEY, {}).get("torch_build") == torch_build()
+
+    def compare(run: int) -> None:
+        code_index = -1
+        for cell, old in zip(notebook.cells, stored, strict=True):
+            if cell.cell_type != "code":
+                continue
+            code_index += 1
+            if cell.execution_count is None or not compared_cell(cell):
+                continue
+            if not should_compare(cell.metadata.get("tags", []), has_accelerator, same_build):
+                continue
+            if not outputs_match(cell.outputs, old or [], sanitize, tolerance_for(cell.metadata)):
+                first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+                found.append((run, code_index, first_line, outputs_text(old or []), outputs_text(cell.outputs)))
+
+    with notebook_client(notebook, path, allow_errors=True) as client, \
+            client.setup_kernel(env={**os.environ, **(environment or {})}):
+        for run in (1, 2):
+            for index, cell in enumerate(notebook.cells):
+                if cell.cell_type == "code":
+                    client.execute_cell(cell, index)
+            if run == 1 and compare_first:
+                compare(1)
+        compare(2)
+    return found
