@@ -50,6 +50,8 @@ help:
 	@echo "                       runs; MATRIX_ARGS=--each: each change alone, 9 runs, to tell which one moved a cell)"
 	@echo "  make check-timing    find compared outputs that change when clocks run 3x fast early in each cell,"
 	@echo "                       then late (--twice, each notebook twice in one kernel: CI runs it in the matrix)"
+	@echo "tools/README.md maps each target to its module. Old names still work: gpu-check, book-check, binder-check,"
+	@echo "browser-check."
 
 env: $(STAMP) $(LAB_SETTINGS)
 
@@ -178,8 +180,8 @@ check-binder: env
 	$(BIN)/python -m tools.envs.binder
 
 # JupyterLab served by `make lab`, a chapter opened in headless Chromium (Debian's package), a screenshot
-check-browser: env browser-deps
-	$(BIN)/python -m tools.browser.lab --output build/browser-check.png
+check-browser: env $(BOOK_VENV)/.installed browser-deps
+	$(BOOK_VENV)/bin/python -m tools.browser.lab --output build/browser-check.png
 
 # Debian's Chromium, and a CJK font for the Chinese pages, for the checks that open pages. Installing them takes
 # apt-get and root: the line before says so, and without root it says what to install instead.

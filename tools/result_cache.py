@@ -19,6 +19,9 @@ nothing for it. A fresh clone, as in CI, has no record and runs everything; ``ma
 ``--rerun-all``) ignores the record. The run ends with one line saying how many files were reused.
 
 Loaded with ``-p tools.result_cache --test-cache PATH``; without ``--test-cache`` it does nothing.
+
+Why not pytest-testmon: it traces coverage inside the pytest process, so it does not see code run in Jupyter
+kernels or torchrun workers, nor the data files a test reads, and the notebooks are the expensive items.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ every page, and ``build/book/html/index.html`` leading to them. Each edition get
 
 A warning fails the build (``-W -n``). Usage: python -m tools.book.build [--out build/book] [--editions en vi zh-CN]
 (run with the book's environment, .venv-book, which `make book` creates from requirements-book.txt).
+
+Why this module: Sphinx and MyST-NB render the pages; what is ours is the three editions' configuration, the front
+page from the README's chapter table and the language switch. (jupyter-book 2 needs Node and the network.)
 """
 
 from __future__ import annotations

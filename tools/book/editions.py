@@ -34,6 +34,9 @@ prose, headings and Meaning column are translated. Its first line records the ha
 made from, so a changed English glossary makes it stale. The notebooks' links ``glossary.md#anchor`` must name a
 heading of the edition's glossary (GitHub's and MyST's heading slugs); ``apply`` turns links to the English
 glossary's headings into links to the edition's, and so does the book (tools/book/build.py) for text not yet translated.
+
+Why not a library: sphinx-intl's .po catalogs translate a web book, not runnable notebooks, and jupytext pairs
+files, not cells; the editions must open in JupyterLab and on Colab, each cell beside its English source.
 """
 
 from __future__ import annotations

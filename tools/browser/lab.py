@@ -1,27 +1,29 @@
 """Open a chapter notebook in JupyterLab in a real (headless Chromium) browser and check that it renders.
 
-How to run (needs Chromium: make browser-deps; no extra Python package):
+How to run (needs Chromium, make browser-deps, and the book's environment, which has Playwright):
 
-    .venv/bin/python -m tools.browser.lab                       # 01_devices.ipynb -> build/browser-check.png
-    .venv/bin/python -m tools.browser.lab --notebook 03_copying.ipynb --expect "GB/s" --output /tmp/lab.png
+    .venv-book/bin/python -m tools.browser.lab                       # 01_devices.ipynb -> build/browser-check.png
+    .venv-book/bin/python -m tools.browser.lab --notebook 03_copying.ipynb --expect "GB/s" --output /tmp/lab.png
 
 What it does and checks:
 
 1. starts JupyterLab through the real `make -s lab` target on 127.0.0.1, a free port and a random token (own
    process group, temporary JUPYTER_CONFIG_DIR/JUPYTER_RUNTIME_DIR), and waits until GET /api/contents/
    answers with that token;
-2. loads http://127.0.0.1:PORT/lab/tree/NOTEBOOK?token=TOKEN in headless Chromium with `--dump-dom` and a
-   virtual time budget, retrying with a larger budget until the DOM holds the notebook panel, JupyterLab's
-   output areas (`jp-OutputArea-output`) and a text known to be in the notebook's stored outputs
-   (default: the first of "device(type='cpu')" for 01_devices.ipynb);
+2. loads http://127.0.0.1:PORT/lab/tree/NOTEBOOK?token=TOKEN in headless Chromium (Playwright), waiting until
+   the DOM holds the notebook panel, JupyterLab's output areas (`jp-OutputArea-output`) and a text known to be in
+   the notebook's stored outputs (default: "device(type='cpu')" for 01_devices.ipynb);
 3. checks that JupyterLab's news toast is absent and that closing a notebook shuts its kernel down (the
    settings in binder/overrides.json);
-4. takes a screenshot (`--screenshot`, same budget, fresh browser profile) and checks with Pillow that it
+4. takes a screenshot and checks with Pillow that it
    is not blank: at least --min-ink of its pixels are not white (JupyterLab's loading splash is ~1 %);
 5. stops JupyterLab (SIGTERM to its process group, then SIGKILL), ends any process it left (kernels run
    in their own session), and checks that nothing is left and the port is free.
 
 Exit status 0 when all checks pass, 1 with a message otherwise.
+
+Why this module: no library starts the course's own `make lab` and checks its settings (the news toast, kernels
+shut down on close); Playwright (tools/browser/chromium.py) drives the browser.
 """
 
 from __future__ import annotations
@@ -41,12 +43,10 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from PIL import Image
 
 from tools import REPO
-from tools.browser.chromium import FLAGS, INSTALL_HINT, find_chromium, free_port
+from tools.browser.chromium import INSTALL_HINT, find_chromium, free_port, ink_share, open_browser
 
-CHROMIUM_FLAGS = ["--headless", *FLAGS]
 EXPECTED_TEXT = {"01_devices.ipynb": "device(type='cpu')"}
 
 
@@ -66,16 +66,6 @@ def wait_for_api(lab: subprocess.Popen, port: int, token: str, timeout: float) -
             time.sleep(0.5)
     status = f"make exited with {lab.returncode}" if lab.poll() is not None else "still running"
     raise CheckFailed(f"JupyterLab did not answer on port {port} within {timeout:.0f} s ({status})")
-
-
-def chromium(browser: str, url: str, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run headless Chromium once with a fresh profile."""
-    with tempfile.TemporaryDirectory(prefix="browser-check-profile-") as profile:
-        command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url]
-        try:
-            return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as err:
-            raise CheckFailed(f"chromium did not finish within {timeout:.0f} s") from err
 
 
 NEWS_TOAST = "Would you like to get notified about official Jupyter news?"  # JupyterLab 4's first-run toast
@@ -98,14 +88,6 @@ def rendered(dom: str, expected: str) -> list[str]:
                "output areas (jp-OutputArea-output)": ["jp-OutputArea-output"],
                f"stored output text {expected!r}": [expected, html.escape(expected)]}
     return [name for name, texts in markers.items() if not any(text in dom for text in texts)]
-
-
-def ink(path: Path) -> tuple[float, tuple[int, int]]:
-    """Fraction of pixels that are not (near) white, and the image size."""
-    with Image.open(path) as image:
-        gray = image.convert("L")
-        histogram = gray.histogram()
-        return sum(histogram[:240]) / (gray.width * gray.height), gray.size
 
 
 def stop(lab: subprocess.Popen, port: int) -> list[str]:
@@ -175,35 +157,37 @@ def check(opts: argparse.Namespace, workdir: Path) -> None:
               f"{time.monotonic() - started:.1f} s ({len(names)} entries)", flush=True)
 
         url = f"http://127.0.0.1:{port}/lab/tree/{opts.notebook}?token={token}"
-        size = f"--window-size={opts.window_size}"
-        budget, attempt = opts.budget, 1
-        while True:  # at least one attempt
-            dom = chromium(browser, url, [size, f"--virtual-time-budget={budget}", "--dump-dom"], opts.timeout)
-            missing = rendered(dom.stdout, expected)
-            if not missing or attempt >= opts.attempts:
-                break
-            print(f"..  after a {budget} ms budget the DOM lacks {', '.join(missing)}; retrying", flush=True)
-            budget, attempt = budget * 2, attempt + 1
-        if missing:
-            raise CheckFailed(f"the notebook did not render: the DOM lacks {', '.join(missing)}")
-        outputs = dom.stdout.count("jp-OutputArea-output")
-        print(f"ok  DOM ({len(dom.stdout)} chars, {budget} ms budget) has the notebook panel, {outputs} "
-              f"output areas and the stored output {expected!r}", flush=True)
-        if NEWS_TOAST in dom.stdout:
-            raise CheckFailed(f"JupyterLab shows its news toast ({NEWS_TOAST!r}): binder/overrides.json is not "
-                              "in the environment's share/jupyter/lab/settings/")
+        width, height = (int(x) for x in opts.window_size.split(","))
+        opts.output.parent.mkdir(parents=True, exist_ok=True)
+        opts.output.unlink(missing_ok=True)
+        with open_browser(browser) as chromium:
+            tab = chromium.new_page(viewport={"width": width, "height": height})
+            rendering = time.monotonic()
+            try:  # JupyterLab draws the notebook after its scripts load: wait for the outputs, not a fixed time
+                tab.goto(url, wait_until="load", timeout=opts.timeout * 1000)
+                tab.wait_for_selector(".jp-OutputArea-output", timeout=opts.timeout * 1000)
+                tab.get_by_text(expected).first.wait_for(timeout=opts.timeout * 1000)
+            except Exception as err:  # Playwright's TimeoutError: say what is missing below
+                print(f"..  {type(err).__name__}: {str(err).splitlines()[0]}", flush=True)
+            dom = tab.content()
+            missing = rendered(dom, expected)
+            if missing:
+                raise CheckFailed(f"the notebook did not render within {opts.timeout:.0f} s: the DOM lacks "
+                                  f"{', '.join(missing)}")
+            outputs = dom.count("jp-OutputArea-output")
+            print(f"ok  DOM ({len(dom)} chars, after {time.monotonic() - rendering:.1f} s) has the notebook panel, "
+                  f"{outputs} output areas and the stored output {expected!r}", flush=True)
+            if NEWS_TOAST in dom:
+                raise CheckFailed(f"JupyterLab shows its news toast ({NEWS_TOAST!r}): binder/overrides.json is not "
+                                  "in the environment's share/jupyter/lab/settings/")
+            tab.screenshot(path=str(opts.output))
         shutdown = settings(port, token, "@jupyterlab/notebook-extension:tracker").get("kernelShutdown")
         if shutdown is not True:
             raise CheckFailed(f"closing a notebook does not shut its kernel down (kernelShutdown = {shutdown})")
         print(f"ok  no news toast in the DOM; kernelShutdown = {shutdown} (closing a tab ends its kernel)", flush=True)
-
-        opts.output.parent.mkdir(parents=True, exist_ok=True)
-        opts.output.unlink(missing_ok=True)
-        chromium(browser, url, [size, f"--virtual-time-budget={budget}", f"--screenshot={opts.output}"],
-                 opts.timeout)
         if not opts.output.is_file():
             raise CheckFailed(f"chromium wrote no screenshot to {opts.output}")
-        fraction, (width, height) = ink(opts.output)
+        fraction = ink_share(opts.output, white=240)
         if fraction < opts.min_ink:
             raise CheckFailed(f"the screenshot {opts.output} looks blank: {fraction:.1%} non-white pixels "
                               f"(< {opts.min_ink:.0%})")
@@ -222,9 +206,7 @@ def main() -> int:
     parser.add_argument("--expect", help="text known to be in the notebook's stored outputs")
     parser.add_argument("--output", type=Path, default=REPO / "build" / "browser-check.png", help="screenshot")
     parser.add_argument("--window-size", default="1400,1800", help="browser window, WIDTH,HEIGHT")
-    parser.add_argument("--budget", type=int, default=20000, help="first virtual time budget, ms")
-    parser.add_argument("--attempts", type=int, default=3, help="DOM dumps, the budget doubling each time")
-    parser.add_argument("--timeout", type=float, default=180, help="seconds for one chromium run")
+    parser.add_argument("--timeout", type=float, default=180, help="seconds for the notebook to render")
     parser.add_argument("--start-timeout", type=float, default=120, help="seconds for JupyterLab to answer")
     parser.add_argument("--min-ink", type=float, default=0.05, help="least fraction of non-white pixels")
     opts = parser.parse_args()

@@ -14,6 +14,9 @@ and lists the untagged cells whose compared output changed:
   `make test` compares every untagged cell (`make check-gpu` runs the notebooks there).
 
 Exit status 1 if a cell is listed. Usage: python -m tools.checks.tags [--mode cpu-build|gpu] [notebooks ...]
+
+Why this module: no library runs nbval with torch made to report another build; this is what keeps a CPU-only
+CI honest about what a GPU machine would compare.
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ def failed_cells(environment: dict[str, str], targets: list[str], workers: int =
     results = Path(tempfile.mkstemp(prefix="check-cells-", suffix=".jsonl")[1])
     environment = {**os.environ, **environment, RESULTS_VARIABLE: str(results),
                    "PYTHONPATH": os.pathsep.join([str(PRETEND), str(REPO)])}
-    command = [sys.executable, "-m", "pytest", *NBVAL_OPTIONS, "-p", "tools.checks.tags", "-p", "no:cacheprovider",
+    # the harness by name: conftest.py loads it only for notebooks under the repository, and tests plant some elsewhere
+    command = [sys.executable, "-m", "pytest", *NBVAL_OPTIONS, "-p", "tests.nbval_harness", "-p", "tools.checks.tags",
+               "-p", "no:cacheprovider",
                *(["-n", str(workers), "--dist", "loadfile"] if workers > 1 else ["-p", "no:xdist"]), "-q", *targets]
     subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
     failures: dict[str, dict[int, dict]] = {}

@@ -24,6 +24,8 @@ reads the Dockerfile it prints plus its log. One line per check, exit status 1 i
 - base env (with network): repo2docker's base environment (its conda lock) keeps packages that the pins
   do not name (notebook, jupyterhub, ...); a `pip install --dry-run` of the pins together with those
   packages at their locked versions must resolve, or Binder would end with broken dependencies.
+
+Why this module: jupyter-repo2docker generates Binder's build; no library compares it with ours.
 """
 
 from __future__ import annotations

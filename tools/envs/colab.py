@@ -24,6 +24,8 @@ Google publishes what Colab's GPU runtime holds in the public repository googlec
 It keeps Colab's versions of the packages the notebooks import (and of the kernel that runs them), drops the
 `+cu128`-style local version (PyPI's wheel of that version is what pip can install; without a GPU the CUDA
 variant does not matter), and adds the test tools at the versions `requirements.txt` pins.
+
+Why this module: pip-tools and uv resolve versions, but none picks Colab's versions of what the notebooks import.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ and writes a markdown report to build/gpu-check.md:
 
 Without a GPU it says so and exits 0. Exit status 1 if a cell failed.
 Usage: python -m tools.envs.gpu [--report build/gpu-check.md] [notebooks ...]
+
+Why this module: papermill or nbclient would run the notebooks (nbclient does, through tools/outputs/run.py);
+classifying the guarded cells, the untagged outputs that differ on a GPU, and the report are ours.
 """
 
 from __future__ import annotations

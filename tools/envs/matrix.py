@@ -17,6 +17,9 @@ at less than a quarter of the cost of running each change alone. The second runs
 drift each caused); `--only` picks runs by name.
 
 Usage: python -m tools.envs.matrix [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
+
+Why not nox or tox: they could make the venvs, but not the combined variants, the pretend runs, the twice runs,
+the drift table or the disk fallback; tox handles variants made of environment variables badly.
 """
 
 from __future__ import annotations

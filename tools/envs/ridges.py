@@ -11,6 +11,9 @@ with the peak and bandwidth of that run. "busy" adds a process spinning on one c
 The output ends with the dictionary to paste into d2l_ext/roofline.py.
 
 Usage: python -m tools.envs.ridges
+
+Why this module: it measures this CPU under the settings CI uses (tools/envs/matrix.py), which no benchmark
+library knows.
 """
 
 from __future__ import annotations

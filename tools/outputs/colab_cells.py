@@ -10,6 +10,8 @@ Each notebook starts with two cells that this script writes:
   with or lacks an API a chapter calls (d2l_ext.compat); anywhere else it does nothing. nbval does not
   compare its output.
 Notebook metadata asks Colab for a GPU runtime (a T4), since every chapter has cells that use one.
+
+Why this module: nothing writes Colab's badge and setup cell from one repository address; nbformat edits them.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ included), keeps the stored output (its numbers moved by round-off on this CPU, 
 The torch build is recorded in the notebook's metadata, so that the harness compares ``build-dependent`` cells
 only under that build.
 Usage: python -m tools.outputs.refresh notebooks [more notebooks or folders ...]
+
+Why this module: `jupyter nbconvert --execute --inplace` would run the notebooks (nbclient does, through
+tools/outputs/run.py); keeping a stored output that still matches within the tolerance is ours.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ what torch *reports*, not what it computes, or what the clocks report:
   other one, and the processes they start inherit it. A cell's turn is its first clock reading that comes at
   least 1 ms after the cell's first reading and from another place in the notebook's own code than the reading
   before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. torch is not imported.
+
+Why this module: no library makes torch report another build or a GPU, or stretches the clocks as load does.
 """
 
 from __future__ import annotations
