@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -213,10 +214,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int) -> list[str]:
-    """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1."""
+def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int,
+                     log_dir: str | Path | None = None) -> list[str]:
+    """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1.
+
+    torchrun keeps a folder of logs per launch (``log_dir``; without it a new ``torchelastic_*`` folder in the
+    system's temporary folder, which it never removes).
+    """
+    logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", str(script), *args]
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", *logs, str(script), *args]
 
 
 def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, timeout: float = 120,
@@ -224,9 +231,12 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
     """Run ``script`` under torchrun with ``nproc`` local processes; return its stdout, or raise LaunchError.
 
     Lines the processes print are echoed as they arrive (``echo``), so a long run shows its progress.
-    The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error.
+    The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error. torchrun's
+    log folder is a temporary one, removed afterwards, whether the run passed, failed or was stopped.
     """
-    return run_command(torchrun_command(script, nproc, args or [], free_port()), timeout=timeout, echo=echo)
+    with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
+        command = torchrun_command(script, nproc, args or [], free_port(), log_dir=logs)
+        return run_command(command, timeout=timeout, echo=echo)
 
 
 def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:

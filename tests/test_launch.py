@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -34,10 +35,17 @@ SCRIPT = textwrap.dedent("""\
 
 
 @pytest.fixture()
-def script(tmp_path):
+def script(tmp_path, monkeypatch):
+    """The ranks' script; the launch's temporary folder (this process's and torchrun's) is an empty one of the
+    test's, which must be empty again afterwards: torchrun's torchelastic_* log folders are not left behind."""
     path = tmp_path / "ranks.py"
     path.write_text(SCRIPT)
-    return path
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    yield path
+    assert sorted(p.name for p in temporary.iterdir()) == [], "the launch left files in the temporary folder"
 
 
 def running(script) -> list[int]:
@@ -78,6 +86,8 @@ def test_the_command_meets_at_127_0_0_1():
     command = launch.torchrun_command("train.py", 4, ["--epochs", "1"], 29999)
     assert "--master-addr=127.0.0.1" in command and "--master-port=29999" in command
     assert "--nproc-per-node=4" in command and command[-3:] == ["train.py", "--epochs", "1"]
+    assert not any(part.startswith("--log-dir") for part in command)  # torchrun() passes a temporary one
+    assert "--log-dir=/tmp/logs" in launch.torchrun_command("train.py", 4, [], 29999, log_dir="/tmp/logs")
 
 
 # (CUDA GPUs on the machine, local processes) -> each local rank's (device, backend). A rank gets its own GPU
