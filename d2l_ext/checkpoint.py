@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+# dcp.save and dcp.load (torch.distributed.checkpoint), from the modules that define them
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 
@@ -64,7 +68,7 @@ def save(root: str | Path, step: int, state: dict[str, Any], process_group: Any 
     folder = folder_for(root, step)
     with warnings.catch_warnings():  # in one process: "assuming the intent is to save in a single process"
         warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.save(state, checkpoint_id=folder, process_group=process_group)
+        dcp_save(state, checkpoint_id=folder, process_group=process_group)
     return folder
 
 
@@ -74,7 +78,7 @@ def _problem(folder: Path, state: dict[str, Any]) -> str | None:
         return "no such folder"
     if not is_complete(folder):
         return "half-written: no .metadata (the save was cut short, e.g. its process was killed during it)"
-    saved = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+    saved = FileSystemReader(folder).read_metadata().state_dict_metadata
     wanted = dict(_flatten(state))
     missing = sorted(k for k, v in wanted.items() if isinstance(v, torch.Tensor) and k not in saved)
     if missing:
@@ -106,7 +110,7 @@ def load(folder: str | Path, state: dict[str, Any], process_group: Any = None) -
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp.load(state, checkpoint_id=folder, process_group=process_group)
+            dcp_load(state, checkpoint_id=folder, process_group=process_group)
     except CheckpointException as err:  # a BaseException: DCP gathers each rank's error into one
         last = str(err).strip().splitlines()[-1]
         raise CheckpointError(f"cannot load the checkpoint {folder}: {last}") from None
