@@ -15,7 +15,7 @@ from d2l_ext import checkpoint
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 
-def trained(hidden: int = 8, steps: int = 3) -> tuple[nn.Module, torch.optim.Optimizer]:
+def trained(hidden: int = 8, steps: int = 3) -> tuple[nn.Sequential, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 2))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -59,7 +59,7 @@ def test_latest_skips_a_half_written_checkpoint(tmp_path):
     (tmp_path / "step_000006" / ".metadata").unlink()  # as if the process was killed during the save
     (tmp_path / "step_000009").mkdir()  # a save killed before it wrote anything
     assert checkpoint.latest(tmp_path) == tmp_path / "step_000003"
-    assert checkpoint.step_of(checkpoint.latest(tmp_path)) == 3
+    assert checkpoint.step_of(tmp_path / "step_000003") == 3
 
 
 @pytest.mark.parametrize("damage, words", [
