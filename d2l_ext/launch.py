@@ -19,11 +19,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psutil
 import torch
@@ -213,10 +214,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int) -> list[str]:
-    """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1."""
+def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int,
+                     log_dir: str | Path | None = None) -> list[str]:
+    """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1.
+
+    torchrun keeps a folder of logs per launch (``log_dir``; without it a new ``torchelastic_*`` folder in the
+    system's temporary folder, which it never removes).
+    """
+    logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", str(script), *args]
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", *logs, str(script), *args]
 
 
 def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, timeout: float = 120,
@@ -224,9 +231,104 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
     """Run ``script`` under torchrun with ``nproc`` local processes; return its stdout, or raise LaunchError.
 
     Lines the processes print are echoed as they arrive (``echo``), so a long run shows its progress.
-    The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error.
+    The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error. torchrun's
+    log folder is a temporary one, removed afterwards, whether the run passed, failed or was stopped.
     """
-    return run_command(torchrun_command(script, nproc, args or [], free_port()), timeout=timeout, echo=echo)
+    with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
+        command = torchrun_command(script, nproc, args or [], free_port(), log_dir=logs)
+        return run_command(command, timeout=timeout, echo=echo)
+
+
+def node_command(script: str | Path, nodes: int | str, nproc_per_node: int, args: list[str], endpoint: str,
+                 run_id: str, host: bool, restarts: int = 0, log_dir: str | Path | None = None,
+                 rdzv_conf: str = "") -> list[str]:
+    """Return the torchrun command line of one "node" (one agent) of a job of ``nodes`` nodes (or ``"MIN:MAX"``)
+    that meet at ``endpoint`` with the c10d rendezvous. The agent with ``host`` holds the rendezvous' store (on a
+    cluster: the node at that address); node ranks are given as agents join, so there is no --node-rank."""
+    conf = ",".join(filter(None, [f"is_host={int(host)}", rdzv_conf]))
+    logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
+            f"--max-restarts={restarts}", *logs, str(script), *args]
+
+
+def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, args: list[str] | None = None,
+                   min_nodes: int | None = None, restarts: int = 0, rdzv_conf: str = "", timeout: float = 180,
+                   echo: bool = True) -> list[str]:
+    """Run ``script`` as ``nodes`` torchrun agents on this machine, as if on ``nodes`` machines; return what each
+    agent printed (its workers' output), node by node.
+
+    The agents meet with the c10d rendezvous on 127.0.0.1 (a free port); node 0 holds its store and starts first,
+    the others once it listens. ``min_nodes``: the job may go on with fewer nodes (``--nnodes=MIN:MAX``).
+    ``restarts``: how many times torchrun may restart the workers after a failure. Each node's processes see their
+    node's number in ``D2L_EXT_NODE`` (0 holds the rendezvous); a node killed with SIGKILL, as a machine that dies,
+    is no error here: its peers fail or go on as torchrun decides. Every process is killed after ``timeout`` seconds
+    (TimeoutError); a node that fails otherwise raises LaunchError. The agents' log folders are temporary ones,
+    removed afterwards.
+    """
+    if nodes < 1 or nproc_per_node < 1:
+        raise ValueError(f"a job needs 1 or more nodes and workers per node, not {nodes} and {nproc_per_node}")
+    if restarts < 0 or (min_nodes is not None and not 1 <= min_nodes <= nodes):
+        raise ValueError(f"restarts is 0 or more (not {restarts}), min_nodes between 1 and {nodes} (not {min_nodes})")
+    size = f"{min_nodes}:{nodes}" if min_nodes is not None and min_nodes < nodes else nodes
+    port, run_id = free_port(), f"d2l-ext-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**launch_environment(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    release_memory()
+    outputs: list[list[str]] = [[] for _ in range(nodes)]
+    errors: list[list[str]] = [[] for _ in range(nodes)]
+    processes: list[subprocess.Popen] = []
+
+    def read(node: int, stream: Any, into: list[str], echoed: bool) -> None:
+        for line in stream:
+            into.append(line)
+            if echo and echoed:
+                print(f"[node {node}] {line}", end="", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
+        readers = []
+        started = time.monotonic()
+        timer = threading.Timer(timeout, lambda: [_kill_group(p) for p in processes])
+        timer.start()
+        try:
+            for node in range(nodes):
+                if node == 1:
+                    _wait_for_port(port, timeout, processes[0])
+                command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{port}", run_id,
+                                       host=node == 0, restarts=restarts, log_dir=Path(logs) / f"node{node}",
+                                       rdzv_conf=rdzv_conf)
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                           env={**env, "D2L_EXT_NODE": str(node)}, start_new_session=True)
+                processes.append(process)
+                for stream, into, echoed in ((process.stdout, outputs[node], True), (process.stderr, errors[node],
+                                                                                        False)):
+                    reader = threading.Thread(target=read, args=(node, stream, into, echoed), daemon=True)
+                    reader.start()
+                    readers.append(reader)
+            for process in processes:
+                process.wait()
+        finally:
+            timer.cancel()
+            for process in processes:
+                _kill_group(process)
+            for reader in readers:
+                reader.join(timeout=10)
+    if time.monotonic() - started >= timeout:
+        raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped")
+    for node, process in enumerate(processes):
+        if process.returncode not in (0, -signal.SIGKILL):
+            raise LaunchError(process.returncode, "".join(outputs[node]), "".join(errors[node]),
+                              launcher=f"torchrun (node {node})")
+    return ["".join(lines) for lines in outputs]
+
+
+def _wait_for_port(port: int, timeout: float, process: subprocess.Popen) -> None:
+    """Wait until something listens on 127.0.0.1:``port`` (node 0's rendezvous store), or ``process`` ends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
 
 
 def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:

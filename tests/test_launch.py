@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -34,10 +35,17 @@ SCRIPT = textwrap.dedent("""\
 
 
 @pytest.fixture()
-def script(tmp_path):
+def script(tmp_path, monkeypatch):
+    """The ranks' script; the launch's temporary folder (this process's and torchrun's) is an empty one of the
+    test's, which must be empty again afterwards: torchrun's torchelastic_* log folders are not left behind."""
     path = tmp_path / "ranks.py"
     path.write_text(SCRIPT)
-    return path
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    yield path
+    assert sorted(p.name for p in temporary.iterdir()) == [], "the launch left files in the temporary folder"
 
 
 def running(script) -> list[int]:
@@ -78,6 +86,8 @@ def test_the_command_meets_at_127_0_0_1():
     command = launch.torchrun_command("train.py", 4, ["--epochs", "1"], 29999)
     assert "--master-addr=127.0.0.1" in command and "--master-port=29999" in command
     assert "--nproc-per-node=4" in command and command[-3:] == ["train.py", "--epochs", "1"]
+    assert not any(part.startswith("--log-dir") for part in command)  # torchrun() passes a temporary one
+    assert "--log-dir=/tmp/logs" in launch.torchrun_command("train.py", 4, [], 29999, log_dir="/tmp/logs")
 
 
 # (CUDA GPUs on the machine, local processes) -> each local rank's (device, backend). A rank gets its own GPU
@@ -246,3 +256,30 @@ def test_available_memory_without_a_limit_is_the_system_s(tmp_path, monkeypatch,
     unlimited = "max" if version == 2 else str(9223372036854771712)  # what each version writes for none
     assert launch.available_memory(*fake_cgroup(tmp_path, version, unlimited, GIB, 0)) == 5 * GIB
     assert launch.available_memory(tmp_path / "missing", tmp_path) == 5 * GIB  # no cgroup file: not Linux
+
+
+def test_node_commands_meet_with_the_c10d_rendezvous_one_of_them_holding_it():
+    host = launch.node_command("train.py", "1:2", 2, ["--steps", "3"], "127.0.0.1:29400", "job", host=True,
+                               restarts=1, log_dir="/tmp/logs", rdzv_conf="last_call_timeout=5")
+    other = launch.node_command("train.py", 2, 1, [], "127.0.0.1:29400", "job", host=False)
+    assert "--nnodes=1:2" in host and "--nproc-per-node=2" in host and "--max-restarts=1" in host
+    assert "--rdzv-backend=c10d" in host and "--rdzv-endpoint=127.0.0.1:29400" in host and "--rdzv-id=job" in host
+    assert "--rdzv-conf=is_host=1,last_call_timeout=5" in host and "--rdzv-conf=is_host=0" in other
+    assert "--log-dir=/tmp/logs" in host and host[-3:] == ["train.py", "--steps", "3"]
+    assert not any(part.startswith("--node-rank") for part in host + other)  # c10d gives node ranks as they join
+
+
+@pytest.mark.parametrize("settings", [
+    {"nodes": 0}, {"nproc_per_node": 0}, {"restarts": -1}, {"min_nodes": 0}, {"min_nodes": 3},
+])
+def test_a_job_without_nodes_workers_or_with_negative_restarts_is_refused(settings):
+    with pytest.raises(ValueError, match="nodes|restarts"):
+        launch.torchrun_nodes("train.py", **settings)
+
+
+def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
+    before = set(running(script))
+    outputs = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, args=["none"], timeout=180, echo=False)
+    printed = "".join(outputs)
+    assert "rank 0 of 2: sum 3" in printed and "rank 1 of 2: sum 3" in printed  # one worker on each node
+    assert set(running(script)) <= before
