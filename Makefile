@@ -113,6 +113,8 @@ test-matrix: env
 
 # The notebooks on Colab's packages (tests/envs/colab.txt) and Colab's Python, given as PYTHON= (a 3.13):
 # without it, one line says what to install; no other Python is taken in its place
+# COLAB_ARGS: pytest arguments instead of every notebook and the sliders' tests
+COLAB_ARGS ?=
 test-colab:
 	python3 -m tools.envs.colab --python $(PYTHON) $(COLAB_ARGS)
 

@@ -4,24 +4,9 @@ On top of `pytest --nbval` (every stored output compared, after tests/sanitize.c
 when a code cell has no stored run (nbval would only check that it does not raise), and when a notebook
 under a folder given on the command line was not collected (a stray --ignore, a `build/` folder, ...).
 
-Cells tagged ``device-dependent`` (those behind ``d2l_ext.needs_gpus``, or that print which device was
-found) are compared on a machine without an accelerator, where the stored outputs are made; on a GPU
-machine they run, and an error still fails them, but their output is not compared. Cells tagged
-``build-dependent`` (they print what the torch build says: its CUDA version, its error without a driver) are
-compared only under the torch build that stored them, which ``make outputs`` records in the notebook's metadata.
-
-Numbers are compared with a tolerance, text exactly. Another CPU (AVX-512 or AMX instead of AVX2, another thread
-count, Apple's Accelerate instead of MKL) rounds floating-point sums differently, so a stored ``0.4892`` may be
-printed ``0.4897`` on a correct checkout. Every number with a decimal point or an exponent inside a compared
-output (after tests/sanitize.cfg) matches its stored value within ``DEFAULT_TOLERANCE``; integers (counts, shapes,
-sizes), words, dtypes, device names and booleans compare exactly, and so does a digit that is part of a name
-(``cuda:0``, ``float32``, ``fc1``, ``0x...``). The numbers are found and compared by pytest-doctestplus's
-``FLOAT_CMP`` output checker. A cell may widen the tolerance through its metadata, with a reason::
-
-    "tolerance": {"rtol": 0.03, "reason": "bfloat16 autocast rounds differently on CPUs with AMX"}
-
-A cell tagged ``exact`` compares its numbers exactly (no tolerance): for outputs that are the same on every
-machine by construction, such as the simulated device's times (``d2l_ext.simqueue``, a virtual clock).
+It compares each cell with tools/outputs/compare.py, which says how: numbers within a tolerance, text exactly,
+and the ``device-dependent``, ``build-dependent`` and ``exact`` tags; the tools that run a notebook outside pytest
+compare the same way. It also writes each compared number's drift when D2L_EXT_DRIFT_LOG names a file (the matrix).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
    HTTP, from the front page: every page, figure, script and style sheet must answer, and every link to an
    anchor must find it (LinkChecker, tried here, checked the same 434 URLs without anchors in 96 s; this takes seconds).
    External links are not followed: they need the network. A missing page fails, named with the page linking it.
-2. Opens each edition's front page and every notebook page in one headless Chromium, driven by Playwright
-   (tools/browser/chromium.py). No table or code block may run past the main column at 1400 pixels: a wide table
-   hides its last columns. A notebook page's DOM must hold that notebook's
+2. Opens each edition's front page and every notebook page in headless Chromium, driven by Playwright
+   (tools/browser/chromium.py): two browsers, one per core, each taking half the pages. First each checks a canary
+   page with a table too wide, which the width check must catch. No table or code block may run past the main
+   column at 1400 pixels: a wide table hides its last columns. A notebook page's DOM must hold that notebook's
    stored outputs: as many output blocks as the notebook has code cells with outputs, and as many figures
    (<img> inside outputs) as it stores PNG images; the first line of a stored printed output must be in the
    page's text. A screenshot of each page is written under build/book/screenshots/EDITION/, and it must not be

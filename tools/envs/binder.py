@@ -128,7 +128,7 @@ def pin_name(line: str) -> str:
 
 def pip_install_step(command: str) -> tuple[str, str, bool] | None:
     """('-r', file, no_deps) or ('-e', path, no_deps) for a pip install command line, else None."""
-    words = shlex.split(command.split(" #")[0])
+    words = shlex.split(command, comments=True)  # a comment may hold an apostrophe ("JupyterLab's")
     if "pip" not in " ".join(words) or "install" not in words:
         return None
     words = words[words.index("install") + 1:]

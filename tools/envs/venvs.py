@@ -131,10 +131,10 @@ def main(argv: list[str]) -> int:
     try:
         done = (seed if argv[0] == "seed" else dedupe)(source, target)
     except OSError as error:  # another file system: hard links cannot cross it; pip installs as usual
-        print(f"venv_disk {argv[0]}: skipped ({error})")
+        print(f"venvs {argv[0]}: skipped ({error})")
         return 0
     verb = "linked from" if argv[0] == "seed" else "shared with"
-    print(f"venv_disk {argv[0]}: {done / 2**30:.1f} GiB {verb} {argv[1]}")
+    print(f"venvs {argv[0]}: {done / 2**30:.1f} GiB {verb} {argv[1]}")
     return 0
 
 

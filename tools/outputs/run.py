@@ -39,7 +39,7 @@ from tools.outputs.compare import (
 SANITIZE_RULES = get_sanitize_patterns((REPO / "tests" / "sanitize.cfg").read_text(encoding="utf-8"))
 
 
-def test_settings(path: Path = REPO / "tools" / "outputs" / "settings.mk") -> dict[str, str]:
+def read_settings(path: Path = REPO / "tools" / "outputs" / "settings.mk") -> dict[str, str]:
     """Return settings.mk's variables, {NAME: VALUE}, as make reads its ``NAME ?= VALUE`` lines."""
     found = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -49,7 +49,7 @@ def test_settings(path: Path = REPO / "tools" / "outputs" / "settings.mk") -> di
     return found
 
 
-SETTINGS = test_settings()
+SETTINGS = read_settings()
 # make test's environment for the notebooks: the numeric pins and one thread a kernel
 TEST_ENVIRONMENT = dict(item.split("=", 1) for item in shlex.split(SETTINGS["NUMERIC_ENV"] + " " +
                                                                      SETTINGS["TEST_THREADS"]))
