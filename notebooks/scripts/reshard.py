@@ -10,7 +10,7 @@ the rows it holds, and the coordinator writes ``.metadata``, which records where
 Rank 0 also writes the full state (``ck.full.pt``), gathered, to compare with. ``load`` builds the same model
 sharded over however many ranks run it (or not sharded, in one plain process), loads the checkpoint into it, and
 compares the full state it then holds with the saved one, entry by entry, exactly. Each rank prints the rows it
-holds of one weight, and the files of the checkpoint with their bytes.
+holds of each weight; the notebook lists the checkpoint's files.
 """
 
 from __future__ import annotations
@@ -107,14 +107,11 @@ def main() -> None:
             print(verdict, flush=True)
             return
         say(verdict)
-    first = net[0]
-    assert isinstance(first, nn.Linear)
-    weight = first.weight
-    rows = tuple(weight.to_local().shape) if isinstance(weight, DTensor) else tuple(weight.shape)
-    say(*(f"rank {r}: holds rows of 0.weight {tuple(weight.shape)}: local {shape}"
-          for r, shape in enumerate(from_every_rank(rows))))
-    if mode == "save":
-        say(*(f"file {name}: {size:,} B" for name, size in checkpoint.files(folder)))
+    weights = {f"{i}.weight": layer.weight for i, layer in enumerate(net) if isinstance(layer, nn.Linear)}
+    local = ", ".join(f"{name} {tuple(w.to_local().shape) if isinstance(w, DTensor) else tuple(w.shape)}"
+                      for name, w in weights.items())
+    say(f"whole: {', '.join(f'{name} {tuple(w.shape)}' for name, w in weights.items())}",
+        *(f"rank {r} holds: {rows}" for r, rows in enumerate(from_every_rank(local))))
     leave()
 
 
