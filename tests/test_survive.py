@@ -88,3 +88,52 @@ def test_a_killed_worker_without_a_restart_fails_and_leaves_nothing(tmp_path, mo
     assert listening_ports() == ports, "the rendezvous' port is still open"
     assert not (tmp_path / "final.pt").exists()
     assert [p.name for p in sorted((tmp_path / "ck").iterdir())] == ["step_000001", "step_000002"]
+
+
+# a stand-in for torch.distributed: a collective that waits, in a module of its own
+COLLECTIVES = """\
+import time
+
+
+def all_reduce():
+    print("waiting", flush=True)
+    time.sleep(60)
+"""
+
+WAITER = """\
+import collectives
+
+
+def main():
+    collectives.all_reduce()
+
+
+main()
+"""
+
+
+def test_py_spy_finds_where_a_process_waits_or_says_why_not(tmp_path):
+    """hang.py's dump(): py-spy on a live process whose stack is known (a script named hang.py, waiting in a
+    function named all_reduce in another module), read the way the chapter reads rank 0's."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(SURVIVE.parent))
+    try:
+        import hang  # notebooks/scripts/hang.py
+    finally:
+        sys.path.remove(str(SURVIVE.parent))
+    script = tmp_path / "hang.py"
+    script.write_text(WAITER)
+    (tmp_path / "collectives.py").write_text(COLLECTIVES)
+    waiter = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert waiter.stdout is not None and waiter.stdout.readline() == "waiting\n"
+        found = hang.dump(waiter.pid, tmp_path / "dump.txt")
+    finally:
+        waiter.kill()
+        waiter.wait()
+    if found.startswith("py-spy could not attach"):  # no ptrace permission here: the line must say so
+        pytest.skip(found)
+    assert found == "py-spy: rank 0 waits in all_reduce, called from main (hang.py)"
+    assert "all_reduce (" in (tmp_path / "dump.txt").read_text()

@@ -8,7 +8,8 @@ gloo's own setting) so that a hang ends in an error instead of waiting until som
 
 1. **A skipped collective.** Rank 1 "forgets" the all_reduce that rank 0 makes (a branch that only some ranks
    take: the most common cause of a hang). While rank 0 waits, rank 1 runs ``py-spy dump`` on it, as you would
-   from a shell on the node, and writes the dump to ``OUT`` (``OUT`` says why, where py-spy cannot attach).
+   from a shell on the node, and writes the dump to ``OUT``, headed by one line on where rank 0 waits (or why
+   py-spy could not attach).
 2. **The same mistake under DETAIL.** ``dist.set_debug_level(DETAIL)`` (what ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
    sets at start) makes every new process group check, before each collective, that all ranks call the same one
    with the same shapes. Both ranks call all_reduce, with 4 and 5 numbers, in a new group.
@@ -72,7 +73,9 @@ def main() -> None:
     started = time.monotonic()
     try:
         if rank == 1:  # busy elsewhere: the all_reduce below never comes
-            print(f"rank {rank}: skips the all_reduce; {dump(pids[0], out)}", flush=True)
+            found = dump(pids[0], out)  # its line heads the dump, which depends on py-spy and permissions
+            out.write_text(f"{found}\n\n{out.read_text()}")
+            print(f"rank {rank}: skips the all_reduce", flush=True)
             time.sleep(max(0.0, seconds + 1 - (time.monotonic() - started)))
         else:
             dist.all_reduce(torch.ones(4))
