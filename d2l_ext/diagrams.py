@@ -459,10 +459,10 @@ def read_attempts(output: str) -> list[Attempt]:
     return [attempts[number] for number in sorted(attempts)]
 
 
-def draw_restart_timeline(attempts: list[Attempt], ax: Any = None) -> Any:
+def draw_restart_timeline(attempts: list[Attempt], failures: list[str] | None = None, ax: Any = None) -> Any:
     """Draw a run's attempts, one row each, over its steps: the steps each finished (redone ones hatched), its
-    checkpoints (triangles), where each attempt but the last failed (a cross; named when the run printed it, which
-    a worker killed at once may not) and where the next attempt resumed (an arrow)."""
+    checkpoints (triangles), where each attempt but the last failed (a cross, labelled with ``failures[i]`` for
+    attempt i, e.g. the fault the run was told to inject) and where the next attempt resumed (an arrow)."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -479,8 +479,8 @@ def draw_restart_timeline(attempts: list[Attempt], ax: Any = None) -> Any:
         if row < len(attempts) - 1:  # it ended in a failure: at the step after the last one it finished
             step = max(attempt.steps, default=-1) + 1
             ax.plot(step + 0.5, y, marker="X", color="crimson", markersize=12)
-            ax.text(step + 1.0, y, f"{attempt.killed} killed" if attempt.killed else "a worker failed here",
-                    va="center", fontsize=8, color="crimson")
+            label = failures[row] if failures and row < len(failures) else "a worker failed here"
+            ax.text(step + 1.0, y, label, va="center", fontsize=8, color="crimson")
         if attempt.resumed_from is not None:
             ax.annotate("", xy=(attempt.resumed_from, y), xytext=(attempt.resumed_from, y + 0.75),
                         arrowprops={"arrowstyle": "->", "color": "black"})

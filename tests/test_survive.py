@@ -55,11 +55,11 @@ def test_a_run_without_its_killed_rank_s_line_still_reads():
 
 
 def test_the_timeline_hatches_the_steps_done_again_and_marks_the_failure():
-    ax = diagrams.draw_restart_timeline(diagrams.read_attempts(RUN))
+    ax = diagrams.draw_restart_timeline(diagrams.read_attempts(RUN), failures=["rank 1 killed at step 4"])
     bars = [patch for patch in ax.patches if patch.get_width() == pytest.approx(0.9)]
     assert len(bars) == 4 + 3  # every step each attempt finished
     assert [bar.get_x() for bar in bars if bar.get_hatch()] == [pytest.approx(3.05)]  # step 3, done twice
-    assert any("rank 1 at step 4 killed" in text.get_text() for text in ax.texts)
+    assert [text.get_text() for text in ax.texts if text.get_text()] == ["rank 1 killed at step 4"]
     assert [label.get_text() for label in ax.get_yticklabels()] == ["attempt 1\n(world size 1)",
                                                                     "attempt 0\n(world size 2)"]
 
