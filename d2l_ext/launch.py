@@ -167,7 +167,15 @@ def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[tor
 def say(*lines: str) -> None:
     """Print ``lines`` on rank 0 only (in a launched process; the other ranks' findings reach it by collectives)."""
     if dist.get_rank() == 0:
-        print(*lines, sep="\n", flush=True)
+        write_lines(*lines)
+
+
+def write_lines(*lines: str) -> None:
+    """Write ``lines`` to stdout in one system call. Ranks share their agent's stdout, and print() writes a line
+    and its newline apart: two ranks printing at once then mix their lines. One write of less than the pipe's
+    atomic size (4 KiB on Linux) is never mixed with another."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), "".join(line + "\n" for line in lines).encode())
 
 
 def from_every_rank(value: T) -> list[T]:

@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from d2l_ext.launch import write_lines  # one system call a line: the two ranks print at once
+
 SOURCE_PATH = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 
 
@@ -75,23 +77,22 @@ def main() -> None:
         if rank == 1:  # busy elsewhere: the all_reduce below never comes
             found = dump(pids[0], out)  # its line heads the dump, which depends on py-spy and permissions
             out.write_text(f"{found}\n\n{out.read_text()}")
-            print(f"rank {rank}: skips the all_reduce", flush=True)
+            write_lines(f"rank {rank}: skips the all_reduce")
             time.sleep(max(0.0, seconds + 1 - (time.monotonic() - started)))
         else:
             dist.all_reduce(torch.ones(4))
-            print(f"rank {rank}: all_reduce done", flush=True)
+            write_lines(f"rank {rank}: all_reduce done")
     except RuntimeError as error:
-        print(f"rank {rank}: RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}", flush=True)
+        write_lines(f"rank {rank}: RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}")
 
     dist.set_debug_level(dist.DebugLevel.DETAIL)
     checked = dist.new_group(backend="gloo")  # a new group, checked by the debug level
     started = time.monotonic()
     try:
         dist.all_reduce(torch.ones(4 + rank), group=checked)
-        print(f"rank {rank}: all_reduce done", flush=True)
+        write_lines(f"rank {rank}: all_reduce done")
     except RuntimeError as error:
-        print(f"rank {rank} (DETAIL): RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}",
-              flush=True)
+        write_lines(f"rank {rank} (DETAIL): RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}")
     sys.stdout.flush()
     os._exit(0)  # not destroy_process_group: after a failed collective it may wait on the peer that never came
 

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import checkpoint
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.launch import from_every_rank, join, leave, say, write_lines
 from ddp_train import model, synthetic_data  # chapter 6's model and data (scripts/ddp_train.py)
 
 ENVIRONMENT = ["RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"]
@@ -88,10 +88,10 @@ def main() -> None:
     share = args.batch_size // world_size
     for step in range(start, args.steps):
         if rank == kill_rank and step == kill_step and attempt == 0:
-            print(f"attempt {attempt}: rank {rank} killed at step {step}", flush=True)
+            write_lines(f"attempt {attempt}: rank {rank} killed at step {step}")
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no message: as the out-of-memory killer does
         if node == kill_node and step == kill_node_step and attempt == 0 and os.environ["LOCAL_RANK"] == "0":
-            print(f"attempt {attempt}: node {node} dies at step {step} (its agent and rank {rank})", flush=True)
+            write_lines(f"attempt {attempt}: node {node} dies at step {step} (its agent and rank {rank})")
             os.kill(os.getppid(), signal.SIGKILL)  # the agent: it can restart nothing on this node any more
             os.kill(os.getpid(), signal.SIGKILL)
         batch = global_batch(step, args.samples, args.batch_size)[rank * share:(rank + 1) * share]
