@@ -295,7 +295,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
                 print(f"[node {node}] {line}", end="", flush=True)
 
     # the rendezvous' store, on a port the system picks: it outlives every agent
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # pyright: ignore[reportPrivateImportUsage]
     port = store.port
     with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
         readers = []

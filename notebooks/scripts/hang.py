@@ -85,8 +85,9 @@ def main() -> None:
     except RuntimeError as error:
         write_lines(f"rank {rank}: RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}")
 
-    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    dist.set_debug_level(dist.DebugLevel.DETAIL)  # pyright: ignore[reportPrivateImportUsage]
     checked = dist.new_group(backend="gloo")  # a new group, checked by the debug level
+    assert isinstance(checked, dist.ProcessGroup)
     started = time.monotonic()
     try:
         dist.all_reduce(torch.ones(4 + rank), group=checked)
