@@ -8,7 +8,7 @@ tests check it. The durations in the bucket timeline are chosen for the picture,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -418,4 +418,80 @@ def draw_gpu(ax: Any = None) -> Any:
         "up to 64 warps in flight and switches between them to hide memory's latency", 6.4)
     ax.text(10.0, 0.0, "H100 SXM, from NVIDIA's spec sheet and whitepaper. The further from the cores, the larger "
             "and slower the memory.", ha="center", fontsize=7.5, style="italic")
+    return ax
+
+
+@dataclass
+class Attempt:
+    """One attempt of chapter 11's training run (scripts/survive.py), as its rank 0 printed it."""
+
+    number: int
+    world_size: int = 0
+    resumed_from: int | None = None  # the checkpoint's step, if it started from one
+    steps: list[int] = field(default_factory=list)  # the steps it finished
+    checkpoints: list[int] = field(default_factory=list)  # the steps it saved
+    killed: str | None = None  # "rank 1 at step 7", "node 1 at step 7", if the dying worker's line came through
+
+
+def read_attempts(output: str) -> list[Attempt]:
+    """Return, attempt by attempt, what a run of scripts/survive.py printed: its world size, the checkpoint it
+    resumed from, the steps it finished and saved, and what was killed in it."""
+    import re
+
+    attempts: dict[int, Attempt] = {}
+
+    def attempt(number: str) -> Attempt:
+        return attempts.setdefault(int(number), Attempt(int(number)))
+
+    for line in output.splitlines():
+        if found := re.match(r"attempt (\d+), worker RANK=\d+ .*\bWORLD_SIZE=(\d+)", line):
+            attempt(found[1]).world_size = int(found[2])
+        elif found := re.match(r"attempt (\d+): resumed from step_(\d+)", line):
+            attempt(found[1]).resumed_from = int(found[2])
+        elif found := re.match(r"attempt (\d+): step (\d+) done", line):
+            attempt(found[1]).steps.append(int(found[2]))
+        elif found := re.match(r"attempt (\d+): checkpoint step_(\d+)", line):
+            attempt(found[1]).checkpoints.append(int(found[2]))
+        elif found := re.match(r"attempt (\d+): (rank \d+) killed at step (\d+)", line):
+            attempt(found[1]).killed = f"{found[2]} at step {found[3]}"
+        elif found := re.match(r"attempt (\d+): (node \d+) dies at step (\d+)", line):
+            attempt(found[1]).killed = f"{found[2]} at step {found[3]}"
+    return [attempts[number] for number in sorted(attempts)]
+
+
+def draw_restart_timeline(attempts: list[Attempt], failures: list[str] | None = None, ax: Any = None) -> Any:
+    """Draw a run's attempts, one row each, over its steps: the steps each finished (redone ones hatched), its
+    checkpoints (triangles), where each attempt but the last failed (a cross, labelled with ``failures[i]`` for
+    attempt i, e.g. the fault the run was told to inject) and where the next attempt resumed (an arrow)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(attempts)))
+    done_before: set[int] = set()
+    for row, attempt in enumerate(attempts):
+        y = len(attempts) - 1 - row
+        for step in attempt.steps:
+            redone = step in done_before
+            ax.barh(y, 0.9, left=step + 0.05, height=0.5, color=RANK_COLOURS[0], alpha=0.45 if redone else 0.9,
+                    hatch="///" if redone else None, edgecolor="black", linewidth=0.4)
+        for step in attempt.checkpoints:
+            ax.plot(step, y + 0.38, marker="v", color="black", markersize=7)
+        if row < len(attempts) - 1:  # it ended in a failure: at the step after the last one it finished
+            step = max(attempt.steps, default=-1) + 1
+            ax.plot(step + 0.5, y, marker="X", color="crimson", markersize=12)
+            label = failures[row] if failures and row < len(failures) else "a worker failed here"
+            ax.text(step + 1.0, y, label, va="center", fontsize=8, color="crimson")
+        if attempt.resumed_from is not None:
+            ax.annotate("", xy=(attempt.resumed_from, y), xytext=(attempt.resumed_from, y + 0.75),
+                        arrowprops={"arrowstyle": "->", "color": "black"})
+        done_before |= set(attempt.steps)
+    ax.set_yticks(range(len(attempts)),
+                  [f"attempt {a.number}\n(world size {a.world_size})" for a in reversed(attempts)], fontsize=8)
+    last = max((s for a in attempts for s in a.steps), default=0)
+    ax.set_xticks(range(0, last + 2))
+    ax.set_xlim(-0.2, last + 1.4)
+    ax.set_ylim(-0.6, len(attempts) - 0.2)
+    ax.set_xlabel("step (triangle: a checkpoint saved after the step before it; hatched: a step done again)")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
     return ax

@@ -167,7 +167,15 @@ def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[tor
 def say(*lines: str) -> None:
     """Print ``lines`` on rank 0 only (in a launched process; the other ranks' findings reach it by collectives)."""
     if dist.get_rank() == 0:
-        print(*lines, sep="\n", flush=True)
+        write_lines(*lines)
+
+
+def write_lines(*lines: str) -> None:
+    """Write ``lines`` to stdout in one system call. Ranks share their agent's stdout, and print() writes a line
+    and its newline apart: two ranks printing at once then mix their lines. One write of less than the pipe's
+    atomic size (4 KiB on Linux) is never mixed with another."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), "".join(line + "\n" for line in lines).encode())
 
 
 def from_every_rank(value: T) -> list[T]:
@@ -258,10 +266,12 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     """Run ``script`` as ``nodes`` torchrun agents on this machine, as if on ``nodes`` machines; return what each
     agent printed (its workers' output), node by node.
 
-    The agents meet with the c10d rendezvous on 127.0.0.1 (a free port); node 0 holds its store and starts first,
-    the others once it listens. ``min_nodes``: the job may go on with fewer nodes (``--nnodes=MIN:MAX``).
+    The agents meet with the c10d rendezvous on 127.0.0.1 (a free port), whose store this process holds while
+    they run: on a cluster the first node's agent holds it, but an agent that finishes first closes it while
+    another still reads it, and that agent then fails ("The connection to the C10d store has failed"; seen
+    here under load). ``min_nodes``: the job may go on with fewer nodes (``--nnodes=MIN:MAX``).
     ``restarts``: how many times torchrun may restart the workers after a failure. Each node's processes see their
-    node's number in ``D2L_EXT_NODE`` (0 holds the rendezvous); a node killed with SIGKILL, as a machine that dies,
+    node's number in ``D2L_EXT_NODE``; a node killed with SIGKILL, as a machine that dies,
     is no error here: its peers fail or go on as torchrun decides. Every process is killed after ``timeout`` seconds
     (TimeoutError); a node that fails otherwise raises LaunchError. The agents' log folders are temporary ones,
     removed afterwards.
@@ -271,7 +281,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     if restarts < 0 or (min_nodes is not None and not 1 <= min_nodes <= nodes):
         raise ValueError(f"restarts is 0 or more (not {restarts}), min_nodes between 1 and {nodes} (not {min_nodes})")
     size = f"{min_nodes}:{nodes}" if min_nodes is not None and min_nodes < nodes else nodes
-    port, run_id = free_port(), f"d2l-ext-{os.getpid()}-{time.monotonic_ns()}"
+    run_id = f"d2l-ext-{os.getpid()}-{time.monotonic_ns()}"
     env = {**launch_environment(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     release_memory()
     outputs: list[list[str]] = [[] for _ in range(nodes)]
@@ -284,6 +294,9 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
             if echo and echoed:
                 print(f"[node {node}] {line}", end="", flush=True)
 
+    # the rendezvous' store, on a port the system picks: it outlives every agent
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # pyright: ignore[reportPrivateImportUsage]
+    port = store.port
     with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
         readers = []
         started = time.monotonic()
@@ -291,10 +304,8 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
         timer.start()
         try:
             for node in range(nodes):
-                if node == 1:
-                    _wait_for_port(port, timeout, processes[0])
                 command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{port}", run_id,
-                                       host=node == 0, restarts=restarts, log_dir=Path(logs) / f"node{node}",
+                                       host=False, restarts=restarts, log_dir=Path(logs) / f"node{node}",
                                        rdzv_conf=rdzv_conf)
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                            env={**env, "D2L_EXT_NODE": str(node)}, start_new_session=True)
@@ -312,6 +323,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
                 _kill_group(process)
             for reader in readers:
                 reader.join(timeout=10)
+            del store  # closes the rendezvous' port
     if time.monotonic() - started >= timeout:
         raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped")
     for node, process in enumerate(processes):
@@ -319,16 +331,6 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
             raise LaunchError(process.returncode, "".join(outputs[node]), "".join(errors[node]),
                               launcher=f"torchrun (node {node})")
     return ["".join(lines) for lines in outputs]
-
-
-def _wait_for_port(port: int, timeout: float, process: subprocess.Popen) -> None:
-    """Wait until something listens on 127.0.0.1:``port`` (node 0's rendezvous store), or ``process`` ends."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
 
 
 def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:

@@ -6,6 +6,10 @@ from tools.envs import matrix as test_matrix
 from tools.envs.matrix import COMBINED, EACH, Variant
 
 
+def via(run):
+    """The matrix's streamed(), made of a fake subprocess.run: the runs these tests fake are called the same way."""
+    return lambda command, env: run(command, cwd=test_matrix.REPO, env=env, capture_output=True, text=True)
+
 def values(variants: list[Variant], key: str) -> set[str | None]:
     """The values (None: unset) that the variants without make test's pins give the environment variable."""
     return {variant.environment.get(key) for variant in variants if not variant.pins}
@@ -51,6 +55,7 @@ class Ran:
 def test_a_python_variant_builds_a_seeded_venv_when_the_disk_has_room(monkeypatch, tmp_path):
     ran = Ran()
     monkeypatch.setattr(test_matrix.subprocess, "run", ran)
+    monkeypatch.setattr(test_matrix, "streamed", via(ran))
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
     result = test_matrix.run_variant(COMBINED[0], tmp_path)
@@ -61,6 +66,7 @@ def test_a_python_variant_builds_a_seeded_venv_when_the_disk_has_room(monkeypatc
 def test_a_full_disk_runs_the_settings_on_make_tests_python_and_says_so(monkeypatch, tmp_path):
     ran = Ran()
     monkeypatch.setattr(test_matrix.subprocess, "run", ran)
+    monkeypatch.setattr(test_matrix, "streamed", via(ran))
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: 1.25)
     monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-python3.10 built there
@@ -79,6 +85,7 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
         return subprocess.CompletedProcess(command, 0, stdout="3 passed in 1.0s\n", stderr="")
 
     monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "streamed", via(run))
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
     variant = next(v for v in COMBINED if v.pretend)
@@ -111,6 +118,7 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_
 
     from tools.envs import colab as colab_stack
     monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "streamed", via(run))
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.COLAB_VENV_GIB + 1)
     monkeypatch.setattr(colab_stack, "build", lambda python, venv: venv / "bin" / "python")
@@ -149,6 +157,7 @@ def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_p
         return subprocess.CompletedProcess(command, 0, stdout=printed if "make" in command else "", stderr="")
 
     monkeypatch.setattr(test_matrix.subprocess, "run", run)
+    monkeypatch.setattr(test_matrix, "streamed", via(run))
     monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(test_matrix, "free_gib", lambda path: 2.0)
     monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-colab built there
@@ -158,3 +167,13 @@ def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_p
     assert not any(a.startswith(("PYTHON=", "VENV=")) for a in twice)  # .venv's Python, the settings kept
     assert "--dry-run" in resolve  # our pins on Colab's Python are still resolved
     assert result.note.startswith(".venv-colab NOT RUN: 2.0 GiB free") and result.passed == 18
+
+
+def test_a_run_s_progress_lines_are_echoed_as_they_come_and_all_its_output_kept(capsys):
+    import os
+    import sys
+
+    code = "import sys; print('12:00:00 a.ipynb: run twice'); print('other'); print('err', file=sys.stderr)"
+    done = test_matrix.streamed([sys.executable, "-c", code], dict(os.environ))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "12:00:00 a.ipynb: run twice\nother\n", "err\n")
+    assert capsys.readouterr().out == "  12:00:00 a.ipynb: run twice\n"  # CI's log shows how far a run got

@@ -56,7 +56,7 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tools import REPO
@@ -139,11 +139,24 @@ def twice_changes(targets: list[str], stretch: tuple[float, float] = (1.0, 3.0),
     # the kernel's cells numbered above this (its second Run All) take the late load
     environments = [{**environment, "D2L_EXT_SLOW_CLOCK_SWITCH_AFTER": str(executed_cells(path))} for path in paths]
     listed = []
+    started = time.monotonic()
+
+    def progress(path: Path, found: list) -> None:  # a line per notebook, so that a slow one shows in CI's log
+        print(f"  {time.strftime('%H:%M:%S')} {shown(str(path))}: run twice, {len(found)} cell(s) listed "
+              f"({time.monotonic() - started:.0f} s in)", flush=True)
+
+    results: list[list] = []
     if workers == 1:  # in this process (a forked pool inside pytest can hang on the threads it copies)
-        results = [run_differences(path, env, True) for path, env in zip(paths, environments, strict=True)]
+        for path, env in zip(paths, environments, strict=True):
+            results.append(run_differences(path, env, True))
+            progress(path, results[-1])
     else:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(run_differences, paths, environments, [True] * len(paths)))
+            futures = {pool.submit(run_differences, path, env, True): path
+                       for path, env in zip(paths, environments, strict=True)}
+            for future in as_completed(futures):
+                progress(futures[future], future.result())
+            results = [future.result() for future in futures]  # in the order of paths
     for path, found in zip(paths, results, strict=True):
         first = {index for run, index, *_ in found if run == 1}
         for run, index, first_line, stored, fresh in found:

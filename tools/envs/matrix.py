@@ -128,6 +128,27 @@ def twice_counts(output: str) -> tuple[int, int]:
     return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
+# the lines of a run that say how far it got (check-timing --twice: one per notebook), shown as they come: CI keeps
+# only this log, and a run that outlasts CI's time limit is otherwise silent until it is killed
+PROGRESS = re.compile(r"^\s*\d\d:\d\d:\d\d ")
+
+
+def streamed(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run ``command``; return it done, with its stdout (and stderr, after it); echo its progress lines at once."""
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=errors,
+                                   text=True)
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if PROGRESS.match(line):
+                print("  " + line.strip(), flush=True)
+        process.wait()
+        errors.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, "".join(lines), errors.read())
+
+
 def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
     result = Result(variant)
     drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
@@ -170,7 +191,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     else:
         target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
         commands = [["make", "--no-print-directory", *target, *arguments]]
-    runs = [subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True) for command in commands]
+    runs = [streamed(command, environment) for command in commands]
     result.seconds = time.perf_counter() - start
     output = "".join(done.stdout + done.stderr for done in runs)
     result.passed, result.failed = twice_counts(runs[0].stdout) if variant.twice else counts(output)

@@ -54,6 +54,8 @@ SETTINGS = read_settings()
 TEST_ENVIRONMENT = dict(item.split("=", 1) for item in shlex.split(SETTINGS["NUMERIC_ENV"] + " " +
                                                                      SETTINGS["TEST_THREADS"]))
 NBVAL_OPTIONS = shlex.split(SETTINGS["NBVAL_OPTS"])
+# a cell's time limit, as make test's: a cell that hangs fails in that time instead of holding a run
+CELL_TIMEOUT = int(NBVAL_OPTIONS[NBVAL_OPTIONS.index("--nbval-cell-timeout") + 1])
 
 
 def notebooks(args: list[str]) -> list[Path]:
@@ -93,9 +95,10 @@ def outputs_text(outputs: list, sanitized: bool = True) -> str:
 @contextlib.contextmanager
 def notebook_client(notebook: nbformat.NotebookNode, path: Path, **options: Any) -> Iterator[NotebookClient]:
     """Yield an nbclient client for ``notebook`` (read from ``path``) on the kernel nbval would start, in the
-    notebook's folder; the kernel is shut down on the way out. ``options`` go to NotebookClient (timeout: 600 s)."""
+    notebook's folder; the kernel is shut down on the way out. ``options`` go to NotebookClient (timeout: make
+    test's CELL_TIMEOUT)."""
     kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
-    client = NotebookClient(notebook, km=kernel, **{"timeout": 600, **options},
+    client = NotebookClient(notebook, km=kernel, **{"timeout": CELL_TIMEOUT, **options},
                             resources={"metadata": {"path": str(path.parent)}})
     try:
         yield client
