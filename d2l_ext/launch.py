@@ -260,6 +260,24 @@ def node_command(script: str | Path, nodes: int | str, nproc_per_node: int, args
             f"--max-restarts={restarts}", *logs, str(script), *args]
 
 
+def node_visible_gpus(node: int, nodes: int, nproc_per_node: int, visible: list[str]) -> str:
+    """Return ``CUDA_VISIBLE_DEVICES`` for one node of ``torchrun_nodes`` on this machine, whose GPUs are
+    ``visible``: the node's own ``nproc_per_node`` GPUs when there is one for every worker of every node, else
+    none, so that its workers take the CPU and gloo. Each node's workers number their GPUs from 0 (``LOCAL_RANK``):
+    without this, two one-worker nodes on one machine would both take cuda:0, which NCCL refuses."""
+    if len(visible) >= nodes * nproc_per_node:
+        return ",".join(visible[node * nproc_per_node:(node + 1) * nproc_per_node])
+    return ""
+
+
+def visible_gpus() -> list[str]:
+    """Return the CUDA GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed:
+        return [name.strip() for name in listed.split(",") if name.strip()][:torch.cuda.device_count()]
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
 def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, args: list[str] | None = None,
                    min_nodes: int | None = None, restarts: int = 0, rdzv_conf: str = "", timeout: float = 180,
                    echo: bool = True) -> list[str]:
@@ -271,9 +289,10 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     another still reads it, and that agent then fails ("The connection to the C10d store has failed"; seen
     here under load). ``min_nodes``: the job may go on with fewer nodes (``--nnodes=MIN:MAX``).
     ``restarts``: how many times torchrun may restart the workers after a failure. Each node's processes see their
-    node's number in ``D2L_EXT_NODE``; a node killed with SIGKILL, as a machine that dies,
-    is no error here: its peers fail or go on as torchrun decides. Every process is killed after ``timeout`` seconds
-    (TimeoutError); a node that fails otherwise raises LaunchError. The agents' log folders are temporary ones,
+    node's number in ``D2L_EXT_NODE``, and the node's own GPUs if the machine has enough (``node_visible_gpus``).
+    A node killed with SIGKILL, as a machine that dies, is no error here: its peers fail or go on as torchrun
+    decides. Every process is killed after ``timeout`` seconds (TimeoutError); a node that fails otherwise raises
+    LaunchError. The agents' log folders are temporary ones,
     removed afterwards.
     """
     if nodes < 1 or nproc_per_node < 1:
@@ -283,6 +302,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     size = f"{min_nodes}:{nodes}" if min_nodes is not None and min_nodes < nodes else nodes
     run_id = f"d2l-ext-{os.getpid()}-{time.monotonic_ns()}"
     env = {**launch_environment(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    visible = visible_gpus()
     release_memory()
     outputs: list[list[str]] = [[] for _ in range(nodes)]
     errors: list[list[str]] = [[] for _ in range(nodes)]
@@ -307,8 +327,10 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
                 command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{port}", run_id,
                                        host=False, restarts=restarts, log_dir=Path(logs) / f"node{node}",
                                        rdzv_conf=rdzv_conf)
+                gpus = node_visible_gpus(node, nodes, nproc_per_node, visible)
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                           env={**env, "D2L_EXT_NODE": str(node)}, start_new_session=True)
+                                           env={**env, "D2L_EXT_NODE": str(node), "CUDA_VISIBLE_DEVICES": gpus},
+                                           start_new_session=True)
                 processes.append(process)
                 for stream, into, echoed in ((process.stdout, outputs[node], True), (process.stderr, errors[node],
                                                                                         False)):

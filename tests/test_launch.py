@@ -283,3 +283,25 @@ def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
     printed = "".join(outputs)
     assert "rank 0 of 2: sum 3" in printed and "rank 1 of 2: sum 3" in printed  # one worker on each node
     assert set(running(script)) <= before
+
+
+@pytest.mark.parametrize(("visible", "nodes", "nproc", "expected"), [
+    ([], 2, 1, ["", ""]),  # no GPU: every worker on the CPU
+    (["0"], 2, 1, ["", ""]),  # one GPU, two one-worker nodes: not both on cuda:0 (NCCL refuses it)
+    (["0"], 1, 1, ["0"]),
+    (["0", "1"], 2, 1, ["0", "1"]),  # a GPU each, numbered 0 on each node
+    (["0", "1"], 2, 2, ["", ""]),  # 4 workers, 2 GPUs
+    (["3", "5", "6", "7"], 2, 2, ["3,5", "6,7"]),  # a restricted CUDA_VISIBLE_DEVICES is split, not renumbered
+])
+def test_each_node_on_one_machine_sees_its_own_gpus_or_none(visible, nodes, nproc, expected):
+    assert [launch.node_visible_gpus(n, nodes, nproc, visible) for n in range(nodes)] == expected
+
+
+def test_the_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert launch.visible_gpus() == ["4", "6"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert launch.visible_gpus() == ["0", "1"]
+    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: 0)
+    assert launch.visible_gpus() == []
