@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import multiprocessing
 import os
 import re
 import signal
@@ -24,7 +25,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import psutil
 import torch
@@ -198,15 +199,23 @@ def join() -> tuple[int, torch.device, str]:
     return local_rank, device, backend
 
 
-def leave() -> NoReturn:
-    """End a launched process once every rank is done: a barrier, the process group destroyed, then exit without
-    the interpreter's teardown. Under load the C++ runtime sometimes aborted a rank in that teardown, after
-    everything was printed ("terminate called without an active exception": gloo's threads still being torn
-    down), and torchrun then reported the run as failed."""
+def leave() -> None:
+    """End a launched process once every rank is done: a barrier, the process group destroyed, then
+    ``exit_without_teardown``."""
     dist.barrier()  # every rank is done with its collectives before any leaves
     dist.destroy_process_group()
+    exit_without_teardown()
+
+
+def exit_without_teardown() -> None:
+    """Exit a launched process without the interpreter's teardown. Under load the C++ runtime sometimes aborted a
+    rank in that teardown, after everything was printed ("terminate called without an active exception": gloo's
+    threads still being torn down), and torchrun then reported the run as failed. A worker that torchrun forked
+    (``forks_workers``) returns instead: torchrun waits for its script to return, and the forked process then
+    exits without that teardown."""
     sys.stdout.flush()
-    os._exit(0)
+    if multiprocessing.parent_process() is None:
+        os._exit(0)
 
 
 def failing_rank(stderr: str) -> int | None:
@@ -222,16 +231,52 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def forks_workers(platform: str | None = None, cuda_devices: int | None = None) -> bool:
+    """Return whether torchrun should fork its workers from its agent here: on Linux without a CUDA GPU.
+
+    By default torchrun starts each worker as a new Python, which imports torch again: about 4 s of CPU each on
+    a laptop's core, most of a short run's time. Forked from the agent, which has imported torch already, a
+    worker starts at once. With a GPU the course keeps torchrun's default, the path every cluster uses; macOS
+    and Windows keep it too, where forking a process that has loaded system frameworks is unsafe.
+    """
+    platform = platform or sys.platform
+    cuda = torch.cuda.device_count() if cuda_devices is None else cuda_devices
+    return platform.startswith("linux") and cuda == 0
+
+
+def _agent(fork: bool) -> str:
+    """Return the module that runs torchrun's agent: torchrun's own, or with ``fork`` d2l_ext.agent, which imports
+    what the script imports before it forks the workers (they then import nothing again)."""
+    return "d2l_ext.agent" if fork else "torch.distributed.run"
+
+
+def _script(script: str | Path, fork: bool) -> list[str]:
+    """Return the end of a torchrun command before the script's arguments: the script, or with ``fork`` the flags
+    that make the agent fork its workers and run the script in them (``--run-path`` takes an absolute path)."""
+    if fork:
+        return ["--run-path", "--start-method=fork", str(Path(script).resolve())]
+    return [str(script)]
+
+
+def forked_environment(script: str | Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Return ``env`` for an agent that forks its workers: the script's folder first on ``PYTHONPATH``, since
+    ``--run-path`` does not put it on ``sys.path`` as ``python script.py`` does (scripts import their neighbours)."""
+    folder = str(Path(script).resolve().parent)
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH", "")]))}
+
+
 def torchrun_command(script: str | Path, nproc: int, args: list[str], port: int,
-                     log_dir: str | Path | None = None) -> list[str]:
+                     log_dir: str | Path | None = None, fork: bool = False) -> list[str]:
     """Return the torchrun command line for ``nproc`` processes on this machine, meeting at 127.0.0.1.
 
     torchrun keeps a folder of logs per launch (``log_dir``; without it a new ``torchelastic_*`` folder in the
-    system's temporary folder, which it never removes).
+    system's temporary folder, which it never removes). ``fork``: the workers are forked from the agent
+    (``forks_workers``).
     """
     logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", *logs, str(script), *args]
+    return [sys.executable, "-m", _agent(fork), f"--nproc-per-node={nproc}", "--nnodes=1",
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", *logs, *_script(script, fork),
+            *args]
 
 
 def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, timeout: float = 120,
@@ -240,24 +285,28 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
 
     Lines the processes print are echoed as they arrive (``echo``), so a long run shows its progress.
     The whole process group is killed after ``timeout`` seconds (TimeoutError) or on any error. torchrun's
-    log folder is a temporary one, removed afterwards, whether the run passed, failed or was stopped.
+    log folder is a temporary one, removed afterwards, whether the run passed, failed or was stopped; it is the
+    processes' temporary folder too (``TMPDIR``), for the files torchrun keeps a failing worker's error in.
     """
     with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
-        command = torchrun_command(script, nproc, args or [], free_port(), log_dir=logs)
-        return run_command(command, timeout=timeout, echo=echo)
+        fork = forks_workers()
+        command = torchrun_command(script, nproc, args or [], free_port(), log_dir=logs, fork=fork)
+        env = {**launch_environment(), "TMPDIR": logs}  # what it writes in a temporary folder is removed too
+        return run_command(command, timeout=timeout, echo=echo, env=forked_environment(script, env) if fork else env)
 
 
 def node_command(script: str | Path, nodes: int | str, nproc_per_node: int, args: list[str], endpoint: str,
                  run_id: str, host: bool, restarts: int = 0, log_dir: str | Path | None = None,
-                 rdzv_conf: str = "") -> list[str]:
+                 rdzv_conf: str = "", fork: bool = False) -> list[str]:
     """Return the torchrun command line of one "node" (one agent) of a job of ``nodes`` nodes (or ``"MIN:MAX"``)
     that meet at ``endpoint`` with the c10d rendezvous. The agent with ``host`` holds the rendezvous' store (on a
-    cluster: the node at that address); node ranks are given as agents join, so there is no --node-rank."""
+    cluster: the node at that address); node ranks are given as agents join, so there is no --node-rank.
+    ``fork``: the workers are forked from the agent (``forks_workers``)."""
     conf = ",".join(filter(None, [f"is_host={int(host)}", rdzv_conf]))
     logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={nproc_per_node}",
+    return [sys.executable, "-m", _agent(fork), f"--nnodes={nodes}", f"--nproc-per-node={nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={restarts}", *logs, str(script), *args]
+            f"--max-restarts={restarts}", *logs, *_script(script, fork), *args]
 
 
 def node_visible_gpus(node: int, nodes: int, nproc_per_node: int, visible: list[str]) -> str:
@@ -302,6 +351,9 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     size = f"{min_nodes}:{nodes}" if min_nodes is not None and min_nodes < nodes else nodes
     run_id = f"d2l-ext-{os.getpid()}-{time.monotonic_ns()}"
     env = {**launch_environment(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    fork = forks_workers()
+    if fork:
+        env = forked_environment(script, env)
     visible = visible_gpus()
     release_memory()
     outputs: list[list[str]] = [[] for _ in range(nodes)]
@@ -326,10 +378,11 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
             for node in range(nodes):
                 command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{port}", run_id,
                                        host=False, restarts=restarts, log_dir=Path(logs) / f"node{node}",
-                                       rdzv_conf=rdzv_conf)
+                                       rdzv_conf=rdzv_conf, fork=fork)
                 gpus = node_visible_gpus(node, nodes, nproc_per_node, visible)
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                           env={**env, "D2L_EXT_NODE": str(node), "CUDA_VISIBLE_DEVICES": gpus},
+                                           env={**env, "D2L_EXT_NODE": str(node), "CUDA_VISIBLE_DEVICES": gpus,
+                                                "TMPDIR": logs},
                                            start_new_session=True)
                 processes.append(process)
                 for stream, into, echoed in ((process.stdout, outputs[node], True), (process.stderr, errors[node],
@@ -399,13 +452,15 @@ def release_memory() -> None:
             pass
 
 
-def run_command(command: list[str], timeout: float = 120, echo: bool = True, launcher: str = "torchrun") -> str:
+def run_command(command: list[str], timeout: float = 120, echo: bool = True, launcher: str = "torchrun",
+                env: Mapping[str, str] | None = None) -> str:
     """Run ``command`` in its own process group; return its stdout, or raise LaunchError (TimeoutError).
 
     Lines it prints are echoed as they arrive (``echo``); all of it is killed after ``timeout`` seconds.
+    ``env``: its environment (default: ``launch_environment()``).
     """
     release_memory()
-    env = launch_environment()
+    env = launch_environment() if env is None else env
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)  # its own process group, so that all of it can be killed
     stdout, stderr = process.stdout, process.stderr

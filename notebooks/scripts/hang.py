@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from d2l_ext.launch import write_lines  # one system call a line: the two ranks print at once
+from d2l_ext.launch import exit_without_teardown, write_lines  # write_lines: one system call a line
 
 SOURCE_PATH = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 
@@ -94,8 +94,7 @@ def main() -> None:
         write_lines(f"rank {rank}: all_reduce done")
     except RuntimeError as error:
         write_lines(f"rank {rank} (DETAIL): RuntimeError after {time.monotonic() - started:.1f} s: {first_line(error)}")
-    sys.stdout.flush()
-    os._exit(0)  # not destroy_process_group: after a failed collective it may wait on the peer that never came
+    exit_without_teardown()  # not destroy_process_group: after a failed collective it may wait on the peer
 
 
 if __name__ == "__main__":
