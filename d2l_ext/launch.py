@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import multiprocessing
 import os
 import re
@@ -37,12 +38,14 @@ T = TypeVar("T")
 class LaunchError(RuntimeError):
     """A launched run failed: its exit code, what it printed, and the failing rank's error."""
 
-    def __init__(self, returncode: int, stdout: str, stderr: str, launcher: str = "torchrun"):
+    def __init__(self, returncode: int, stdout: str, stderr: str, launcher: str = "torchrun",
+                 worker_errors: Mapping[int, list[str]] | None = None):
         # Python 3.13 colours tracebacks when FORCE_COLOR is set (Colab sets it) or on a terminal: the colour codes
         # would split "RuntimeError: ..." and hide the rank's own error, so they are removed first
         stdout, stderr = without_colour(stdout), without_colour(stderr)
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-        errors = rank_errors(stderr)
+        # the ranks' own errors: printed under [rankN]:, or left in torchrun's log folder by forked workers
+        errors = {**(worker_errors or {}), **rank_errors(stderr)}
         self.rank = failing_rank(stderr)
         # torchrun names the first failure it observed; when a rank dies, the others fail in their next collective
         # within the same instant ("Connection closed by peer"), and torchrun may name one of them: name the rank
@@ -74,6 +77,24 @@ def rank_errors(stderr: str) -> dict[int, list[str]]:
     errors: dict[int, list[str]] = {}
     for match in re.finditer(r"^\[rank(\d+)\]: ([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$", stderr, flags=re.M):
         errors.setdefault(int(match[1]), []).append(match[2])
+    return errors
+
+
+def worker_errors(log_dir: str | Path) -> dict[int, list[str]]:
+    """Return the error each worker left in torchrun's log folder, by local rank, from the last attempt.
+
+    A worker that torchrun forked (``forks_workers``) runs its script under torchrun's error handler, which writes
+    the exception to ``attempt_N/LOCAL_RANK/error.json`` rather than print it under ``[rankN]:``. On one node the
+    local rank is the rank."""
+    errors: dict[int, list[str]] = {}
+    attempts = sorted(Path(log_dir).glob("*/attempt_*"), key=lambda path: int(path.name.split("_")[1]))
+    for error_file in (attempts[-1].glob("*/error.json") if attempts else []):
+        try:
+            message = json.loads(error_file.read_text())["message"]["message"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written when the worker was killed, or not torchrun's format
+        if error_file.parent.name.isdigit() and str(message).strip():
+            errors[int(error_file.parent.name)] = [str(message).strip().splitlines()[0]]
     return errors
 
 
@@ -292,7 +313,8 @@ def torchrun(script: str | Path, nproc: int, args: list[str] | None = None, time
         fork = forks_workers()
         command = torchrun_command(script, nproc, args or [], free_port(), log_dir=logs, fork=fork)
         env = {**launch_environment(), "TMPDIR": logs}  # what it writes in a temporary folder is removed too
-        return run_command(command, timeout=timeout, echo=echo, env=forked_environment(script, env) if fork else env)
+        return run_command(command, timeout=timeout, echo=echo, env=forked_environment(script, env) if fork else env,
+                           log_dir=logs)
 
 
 def node_command(script: str | Path, nodes: int | str, nproc_per_node: int, args: list[str], endpoint: str,
@@ -453,11 +475,12 @@ def release_memory() -> None:
 
 
 def run_command(command: list[str], timeout: float = 120, echo: bool = True, launcher: str = "torchrun",
-                env: Mapping[str, str] | None = None) -> str:
+                env: Mapping[str, str] | None = None, log_dir: str | Path | None = None) -> str:
     """Run ``command`` in its own process group; return its stdout, or raise LaunchError (TimeoutError).
 
     Lines it prints are echoed as they arrive (``echo``); all of it is killed after ``timeout`` seconds.
-    ``env``: its environment (default: ``launch_environment()``).
+    ``env``: its environment (default: ``launch_environment()``). ``log_dir``: torchrun's log folder, where
+    forked workers leave their errors (``worker_errors``).
     """
     release_memory()
     env = launch_environment() if env is None else env
@@ -485,7 +508,8 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
     if process.returncode != 0:
         if time.monotonic() - started >= timeout:
             raise TimeoutError(f"{launcher} did not finish within {timeout} s and was stopped")
-        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher)
+        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher,
+                          worker_errors=worker_errors(log_dir) if log_dir is not None else None)
     return "".join(stdout_lines)
 
 

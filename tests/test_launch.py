@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import tempfile
 import textwrap
 import time
@@ -13,15 +16,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from d2l_ext import launch
+from d2l_ext import agent, launch
 
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
 
 SCRIPT = textwrap.dedent("""\
-    import os, sys, time
+    import multiprocessing, os, sys, time
     import torch, torch.distributed as dist
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    print(f"rank {rank} forked: {multiprocessing.parent_process() is not None}", flush=True)
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)
     print(f"rank {rank} of {dist.get_world_size()}: sum {total.item():.0f}, "
@@ -57,14 +61,70 @@ def running(script) -> list[int]:
     return found
 
 
-def test_two_ranks_meet_on_loopback(script):
+@pytest.mark.parametrize("fork", [True, False])  # the path CI takes, and the one a GPU machine takes
+def test_two_ranks_meet_on_loopback(script, monkeypatch, fork):
+    monkeypatch.setattr(launch, "forks_workers", lambda: fork)
     output = launch.torchrun(script, nproc=2, args=["none"], echo=False)
     assert "rank 0 of 2: sum 3, master 127.0.0.1" in output
     assert "rank 1 of 2: sum 3, master 127.0.0.1" in output
+    assert f"rank 0 forked: {fork}" in output and f"rank 1 forked: {fork}" in output
     assert running(script) == []
 
 
-def test_a_failing_rank_raises_with_its_message(script):
+def test_forked_workers_errors_are_read_from_the_last_attempt_in_torchrun_s_log_folder(tmp_path):
+    def error(attempt: int, local_rank: int, text: str) -> None:
+        folder = tmp_path / "none_abc" / f"attempt_{attempt}" / str(local_rank)
+        folder.mkdir(parents=True)
+        (folder / "error.json").write_text(text)
+
+    error(0, 1, json.dumps({"message": {"message": "ValueError: from the first attempt", "extraInfo": {}}}))
+    error(1, 0, json.dumps({"message": {"message": "RuntimeError: Connection reset by peer", "extraInfo": {}}}))
+    error(1, 1, json.dumps({"message": {"message": "RuntimeError: rank 1's own\nmore", "extraInfo": {}}}))
+    error(1, 2, '{"message": {"mess')  # killed while it wrote
+    assert launch.worker_errors(tmp_path) == {0: ["RuntimeError: Connection reset by peer"],
+                                              1: ["RuntimeError: rank 1's own"]}
+    assert launch.worker_errors(tmp_path / "missing") == {}
+    failure = launch.LaunchError(1, "", "Root Cause\n  rank      : 0 (local_rank: 0)\n",
+                                 worker_errors=launch.worker_errors(tmp_path))
+    assert failure.rank == 1 and str(failure).endswith("RuntimeError: rank 1's own")  # not the peer torchrun named
+
+
+@pytest.mark.parametrize(("platform", "cuda_devices", "forks"), [
+    ("linux", 0, True), ("linux", 1, False), ("linux", 2, False), ("darwin", 0, False), ("win32", 0, False),
+])
+def test_workers_are_forked_only_on_linux_without_a_gpu(platform, cuda_devices, forks):
+    assert launch.forks_workers(platform, cuda_devices) is forks
+
+
+def test_a_forking_agent_runs_the_script_by_its_absolute_path_and_finds_its_neighbours():
+    plain = launch.torchrun_command("train.py", 2, ["--x"], 29999)
+    forked = launch.torchrun_command("train.py", 2, ["--x"], 29999, fork=True)
+    assert plain[1:3] == ["-m", "torch.distributed.run"] and plain[-2:] == ["train.py", "--x"]
+    assert forked[1:3] == ["-m", "d2l_ext.agent"]
+    assert forked[-4:] == ["--run-path", "--start-method=fork", str(Path("train.py").resolve()), "--x"]
+    node = launch.node_command("train.py", 2, 1, [], "127.0.0.1:29400", "job", host=False, fork=True)
+    assert node[1:3] == ["-m", "d2l_ext.agent"] and node[-3:] == forked[-4:-1]
+    env = launch.forked_environment("scripts/train.py", {"PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(Path("scripts").resolve()), "/elsewhere"]
+    assert launch.forked_environment("train.py", {})["PYTHONPATH"] == str(Path.cwd())
+
+
+def test_the_agent_imports_what_the_script_imports_at_its_top_level(tmp_path, monkeypatch):
+    (tmp_path / "d2l_ext_neighbour.py").write_text("VALUE = 1\n")
+    script = tmp_path / "train.py"
+    script.write_text("from __future__ import annotations\nimport json, os.path\nfrom d2l_ext_neighbour import VALUE\n"
+                      "from . import sibling\nfrom d2l_ext_missing import x\n\ndef f():\n    import csv\n")
+    assert agent.script_imports(script) == ["json", "os.path", "d2l_ext_neighbour", "d2l_ext_missing"]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "d2l_ext_neighbour", raising=False)
+    assert agent.preload(script) == ["d2l_ext_missing"]  # left to the workers, which report it
+    assert "d2l_ext_neighbour" in sys.modules
+    monkeypatch.delitem(sys.modules, "d2l_ext_neighbour")
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_failing_rank_raises_with_its_message(script, monkeypatch, fork):
+    monkeypatch.setattr(launch, "forks_workers", lambda: fork)
     with pytest.raises(launch.LaunchError) as failure:
         launch.torchrun(script, nproc=2, args=["1"], echo=False)
     assert failure.value.rank == 1
