@@ -355,8 +355,8 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     """Run ``script`` as ``nodes`` torchrun agents on this machine, as if on ``nodes`` machines; return what each
     agent printed (its workers' output), node by node.
 
-    The agents meet with the c10d rendezvous on 127.0.0.1 (a free port), whose store this process holds while
-    they run: on a cluster the first node's agent holds it, but an agent that finishes first closes it while
+    The agents meet with the c10d rendezvous on 127.0.0.1 (a port the system picks), whose store this process holds
+    while they run: on a cluster the first node's agent holds it, but an agent that finishes first closes it while
     another still reads it, and that agent then fails ("The connection to the C10d store has failed"; seen
     here under load). ``min_nodes``: the job may go on with fewer nodes (``--nnodes=MIN:MAX``).
     ``restarts``: how many times torchrun may restart the workers after a failure. Each node's processes see their
