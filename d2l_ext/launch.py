@@ -256,9 +256,9 @@ def forks_workers(platform: str | None = None, cuda_devices: int | None = None) 
     """Return whether torchrun should fork its workers from its agent here: on Linux without a CUDA GPU.
 
     By default torchrun starts each worker as a new Python, which imports torch again: about 4 s of CPU each on
-    a laptop's core, most of a short run's time. Forked from the agent, which has imported torch already, a
-    worker starts at once. With a GPU the course keeps torchrun's default, the path every cluster uses; macOS
-    and Windows keep it too, where forking a process that has loaded system frameworks is unsafe.
+    the course's 2-core test machine, most of a short run's time. Forked from the agent, which has imported torch
+    already, a worker starts at once. With a GPU the course keeps torchrun's default, the path every cluster uses;
+    macOS and Windows keep it too, where forking a process that has loaded system frameworks is unsafe.
     """
     platform = platform or sys.platform
     cuda = torch.cuda.device_count() if cuda_devices is None else cuda_devices
