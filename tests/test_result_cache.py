@@ -110,6 +110,17 @@ def test_passes_are_reused_until_an_input_changes_and_a_failure_is_never_reused(
     assert fixed.returncode == 0 and "2 passed" in fixed.stdout and "--rerun-all given" in fixed.stdout
 
 
+def test_the_summary_names_the_slowest_files_with_their_tests_summed(project):
+    """A file's tests are summed: two tests that each sleep 0.2 s make the file take at least 0.4 s."""
+    (project / "tests" / "test_slow.py").write_text(
+        "import time\n\ndef test_one():\n    time.sleep(0.2)\n\ndef test_two():\n    time.sleep(0.2)\n")
+    result = run(project, "-p", "xdist.plugin", "-n", "2")
+    line = next(x for x in result.stdout.splitlines() if x.startswith("slowest test files"))
+    named = dict(item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", "))
+    assert list(named)[0] == "tests/test_slow.py" and float(named["tests/test_slow.py"]) >= 0.4, line
+    assert set(named) == {"tests/test_a.py", "tests/test_b.py", "tests/test_slow.py"}
+
+
 def test_a_partial_run_records_nothing(project):
     partial = run(project, "-k", "test_a")
     assert partial.returncode in (0, 5)

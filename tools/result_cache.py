@@ -16,7 +16,9 @@ or a notebook under nbval) only when something it may read has changed since it 
 counts. A file whose tests all passed is recorded in ``.venv/.test-results.json`` (under the environment, so a new
 environment starts empty); a failure, an interrupted run, or a run with -k, -m, -x, --deselect or --lf records
 nothing for it. A fresh clone, as in CI, has no record and runs everything; ``make test FRESH=1`` (pytest option
-``--rerun-all``) ignores the record. The run ends with one line saying how many files were reused.
+``--rerun-all``) ignores the record. The run ends with one line saying how many files were reused, and one naming
+the slowest files that ran, each with its tests' seconds summed: pytest's ``--durations`` names tests, while a
+chapter's cost is its notebook's cells together (issue 33 set chapter 11 a budget in make test).
 
 Loaded with ``-p tools.result_cache --test-cache PATH``; without ``--test-cache`` it does nothing.
 
@@ -46,6 +48,7 @@ KEYED_VARIABLES = re.compile(r"^(OMP_|MKL_|ONEDNN_|ATEN_|KMP_|OPENBLAS_|PYTHON|T
 DEVICE_FILES = ("/dev/nvidia*", "/dev/kfd", "/dev/dri/renderD*", "/dev/accel*", "/dev/dxg")
 NOT_READ_BY_NOTEBOOKS = re.compile(r"(\.ipynb|\.md)$|^(editions|\.ci|\.github)/")
 ENVIRONMENT_VARIABLE = "TEST_CACHE_ENVIRONMENT_KEY"  # not matched by KEYED_VARIABLES
+SLOWEST_SHOWN = 5  # test files named in the summary line
 OPTED_OUT = re.compile(r"^READS_NOTEBOOKS\s*=\s*False\b.*$", re.M)
 
 
@@ -120,6 +123,7 @@ class TestCache:
         self.reused: list[str] = []
         self.failed: set[str] = set()
         self.seen: set[str] = set()
+        self.seconds: dict[str, float] = {}  # test file: its tests' setup, call and teardown summed
 
     def relative(self, path: Path) -> str | None:
         path = Path(path).resolve()
@@ -164,6 +168,7 @@ class TestCache:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         target = report.nodeid.split("::")[0]
         self.seen.add(target)
+        self.seconds[target] = self.seconds.get(target, 0.0) + report.duration
         if report.failed:
             self.failed.add(target)
 
@@ -195,6 +200,10 @@ class TestCache:
             terminalreporter.write_line(
                 f"test cache: {len(self.reused)} test file(s) not run again: they passed before with the same "
                 f"inputs (make test FRESH=1 runs everything); {len(self.seen)} ran")
+        if self.seconds and not hasattr(self.config, "workerinput"):
+            slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST_SHOWN]
+            terminalreporter.write_line("slowest test files (seconds, their tests summed): "
+                                        + ", ".join(f"{name} {seconds:.1f}" for name, seconds in slowest))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
