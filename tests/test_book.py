@@ -37,6 +37,16 @@ def test_each_edition_renders_stored_outputs_with_its_own_buttons(edition):
     assert options["path_to_docs"] == book.EDITIONS[edition][1]
     assert set(options["launch_buttons"]) >= {"colab_url", "binderhub_url"} and options["use_download_button"]
     assert "languages.html" in namespace["html_sidebars"]["**"]
+    # $...$ is math, typeset by the copy of MathJax in _static (copy_mathjax), not by one from the network
+    assert "dollarmath" in namespace["myst_enable_extensions"]
+    assert namespace["mathjax_path"] == "mathjax/tex-chtml.js" and namespace["html_static_path"] == ["_static"]
+    assert book.MATHJAX_FILES[0] == namespace["mathjax_path"].split("/", 1)[1]
+
+
+def test_without_mathjax_the_build_stops_saying_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(book.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SystemExit, match="MathJax is missing \\(sphinx-mathjax-offline\\): run  make book"):
+        book.copy_mathjax(tmp_path / "mathjax")
 
 
 def test_the_language_switch_links_the_same_page_in_every_other_edition():

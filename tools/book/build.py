@@ -9,6 +9,8 @@ every page, and ``build/book/html/index.html`` leading to them. Each edition get
 - the chapters in order, then the solutions and the glossary (the edition's own translation), every label of the
   sidebar in the edition's language;
 - Sphinx's search (a JavaScript index shipped with the pages: it works offline);
+- the notebooks' math (``$2048 \\times 2048$``: MyST's ``dollarmath``), typeset by a copy of MathJax shipped with
+  the pages, so that it too works offline;
 - on every page, Colab and Binder buttons and "download notebook" (the theme's launch and download buttons);
 - the Colab badge and setup cells left out (the buttons replace them).
 
@@ -22,6 +24,7 @@ page from the README's chapter table and the language switch. (jupyter-book 2 ne
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -118,6 +121,9 @@ def conf_py(edition: str) -> str:
         '"languages.html"]}',
         'exclude_patterns = ["_build", "**/.ipynb_checkpoints", "scripts"]',
         "myst_heading_anchors = 3",
+        'myst_enable_extensions = ["dollarmath"]  # $...$ and $$...$$ are math, as in Jupyter',
+        'html_static_path = ["_static"]',
+        'mathjax_path = "mathjax/tex-chtml.js"  # the copy in _static: no network needed',
         # ipywidgets' sliders need a kernel: the page shows their plain-text line instead
         'suppress_warnings = ["mystnb.unknown_mime_type"]',
         "",
@@ -164,7 +170,29 @@ def prepare(edition: str, src: Path) -> None:
     (src / "index.md").write_text(front_page(edition, chapters, solutions, (ROOT / "README.md").read_text()))
     (src / "conf.py").write_text(conf_py(edition))
     (src / "_templates").mkdir()
+    (src / "_static").mkdir()  # MathJax goes here (copy_mathjax)
     (src / "_templates" / "languages.html").write_text(languages_template(edition))
+
+
+# MathJax 3 for the pages' math, from the package sphinx-mathjax-offline (requirements-book.txt), which holds
+# MathJax 3.2.2's whole distribution (24 MB): each edition takes what TeX input and HTML output need (about 2 MB).
+MATHJAX_PACKAGE = "sphinx-mathjax-offline"
+MATHJAX_FILES = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/woff-v2")
+
+
+def copy_mathjax(folder: Path) -> None:
+    """Copy the parts of MathJax that the pages load into ``folder`` (an edition's _static/mathjax)."""
+    spec = importlib.util.find_spec(MATHJAX_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"MathJax is missing ({MATHJAX_PACKAGE}): run  make book, which installs "
+                         "requirements-book.txt")
+    source = Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax"
+    for name in MATHJAX_FILES:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, folder / name)
+        else:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, folder / name)
 
 
 def root_page() -> str:
@@ -180,6 +208,7 @@ def build(out: Path, editions: list[str]) -> None:
     for edition in editions:
         src = out / "src" / edition
         prepare(edition, src)
+        copy_mathjax(src / "_static" / "mathjax")
         command = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-n", "--keep-going", "-q",
                    str(src), str(html / edition)]
         print(f"building {EDITIONS[edition][0]} -> {html / edition}", flush=True)

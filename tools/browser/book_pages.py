@@ -156,9 +156,22 @@ def page_text(dom: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", dom))
 
 
+# In a page: -1 if it has math but MathJax did not load, else how many formulas MathJax left as TeX (after it is done)
+UNTYPESET_MATH = """async () => {
+  const math = [...document.querySelectorAll('span.math, div.math')];
+  if (math.length === 0) return 0;
+  if (!window.MathJax || !window.MathJax.startup) return -1;
+  await window.MathJax.startup.promise;
+  return math.filter(e => !e.querySelector('mjx-container')).length;
+}"""
+
+
+MATH_CANARY = '<p><span class="math notranslate nohighlight">\\(2048 \\times 2048\\)</span></p>'
+
+
 def check_page(browser: Any, base: str, edition: str, page: str, shots: Path) -> list[str]:
-    """Open one page in ``browser``: its DOM against its notebook (the front page has none), no table or code block
-    wider than the column, and a screenshot that is not blank."""
+    """Open one page in ``browser``: its DOM against its notebook (the front page has none), every formula typeset
+    by MathJax, no table or code block wider than the column, and a screenshot that is not blank."""
     url = f"{base}/{edition}/{page}.html"
     name = f"{edition}/{page}"
     shot = shots / edition / f"{page}.png"
@@ -168,6 +181,7 @@ def check_page(browser: Any, base: str, edition: str, page: str, shots: Path) ->
     try:
         tab.goto(url, wait_until="load", timeout=60_000)
         tab.wait_for_selector(COLUMN, timeout=60_000)
+        untypeset = tab.evaluate(UNTYPESET_MATH)
         dom = tab.content()
         wide = wider_than_column(tab, COLUMN) or []
         tab.screenshot(path=str(shot))
@@ -175,6 +189,10 @@ def check_page(browser: Any, base: str, edition: str, page: str, shots: Path) ->
         tab.close()
     failures = [f"{name}: a {w['what']} runs past the column's right edge ({w['right']} > {w['edge']} px at "
                 f"{VIEWPORT[0]} px): {w['text']!r}" for w in wide]
+    if untypeset == -1:
+        failures.append(f"{name}: MathJax did not load: its formulas show as TeX")
+    elif untypeset:
+        failures.append(f"{name}: {untypeset} formulas left as TeX by MathJax")
     if page != "index":
         blocks, figures, line = expected(ROOT / EDITIONS[edition][1] / f"{page}.ipynb")
         found_blocks = len(re.findall(r'class="cell_output', dom))
@@ -199,16 +217,21 @@ CANARY = ('<article class="bd-article" style="width: 600px"><table style="width:
 
 
 def check_pages(job: tuple[str, str, list[tuple[str, str]], Path]) -> list[str]:
-    """In a worker process: open ``pages`` in one browser, after checking that the width check finds the canary."""
+    """In a worker process: open ``pages`` in one browser, after checking that the width and math checks find their
+    canaries."""
     chromium, base, pages, shots = job
     failures = []
     with open_browser(chromium) as browser:
         tab = browser.new_page()
         tab.set_content(CANARY)
         caught = [w["what"] for w in wider_than_column(tab, COLUMN) or []]
+        tab.set_content(MATH_CANARY)  # a formula and no MathJax: the math check must see it
+        untypeset = tab.evaluate(UNTYPESET_MATH)
         tab.close()
         if caught != ["table"]:
             failures.append(f"the width check found {caught} on a page with one table too wide: it is broken")
+        if untypeset != -1:
+            failures.append(f"the math check found {untypeset} on a page with a formula and no MathJax: it is broken")
         for edition, page in pages:
             found = check_page(browser, base, edition, page, shots)
             print(f"{edition}/{page}: {'ok' if not found else 'FAILED'}", flush=True)
