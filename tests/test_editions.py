@@ -344,3 +344,11 @@ def test_a_shell_line_continued_with_a_backslash_is_read_as_ipython_reads_it():
     assert (0, "https://b /c") in editions.code_tokens(cell)
     changed = cell.replace("https://b", "https://x")
     assert editions.code_tokens(changed) != editions.code_tokens(cell)  # the continued line is code
+
+
+def test_todo_and_apply_name_a_notebook_that_is_not_there(course):
+    with pytest.raises(SystemExit, match=r"no notebook notebooks/01_devices: name it as it lies under notebooks/"):
+        editions.main(["todo", "vi", "01_devices"])  # the name without .ipynb
+    with pytest.raises(SystemExit, match=r"unknown language \['xx'\]"):
+        editions.main(["apply", "xx", "01_devices.ipynb", "translations.json"])
+    assert editions.main(["todo", "vi"]) == 2  # the notebook left out: the usage

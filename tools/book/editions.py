@@ -392,6 +392,14 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     command, args = argv[0], argv[1:]
+    if command in ("todo", "apply"):
+        if len(args) != (2 if command == "todo" else 3):
+            print(__doc__)
+            return 2
+        _languages(args[:1])
+        if not (NOTEBOOKS / args[1]).is_file():
+            raise SystemExit(f"no notebook notebooks/{args[1]}: name it as it lies under notebooks/, e.g. "
+                             "11_survive.ipynb or solutions/11_survive.ipynb")
     if command == "todo":
         print(json.dumps(todo(args[0], Path(args[1])), ensure_ascii=False, indent=1))
         return 0
