@@ -142,17 +142,46 @@ def model_parallel_processes(cuda_devices: int, available_bytes: int) -> tuple[i
                f"{available_bytes / 2**30:.1f} GiB is available: 2 processes, so no (2, 2) mesh")
 
 
+# The memory to have free before starting 4 CPU workers that torchrun forks from its agent (forks_workers): they
+# share the agent's torch. Measured: chapter 11's 4-rank load (agent, 4 workers, then a plain process) added 900 MiB
+# to the kernel's 597 MiB, under Binder's limit (a cgroup of 1,857 MiB, tools/checks/memory.py --cells, 2026-11-28).
+# 1.1 GiB leaves a quarter more; where workers are not forked, each imports torch: FOUR_CPU_PROCESSES_BYTES.
+FOUR_FORKED_WORKERS_BYTES = 11 * 2**30 // 10  # 1.1 GiB
+
+
+def four_cpu_ranks_fit(available_bytes: int | None = None, fork: bool | None = None) -> tuple[bool, str | None]:
+    """Return whether a launch of 4 CPU ranks fits in the memory available (default: ``available_memory()``), and
+    why not when it does not. ``fork``: whether torchrun forks the workers (default: ``forks_workers()``)."""
+    available_bytes = available_memory() if available_bytes is None else available_bytes
+    fork = forks_workers() if fork is None else fork
+    needed = FOUR_FORKED_WORKERS_BYTES if fork else FOUR_CPU_PROCESSES_BYTES
+    if available_bytes >= needed:
+        return True, None
+    return False, (f"not on 4 ranks: they need about {needed / 2**30:.1f} GiB free, and "
+                   f"{available_bytes / 2**30:.1f} GiB is free here")
+
+
+def _reclaimable(stat: Mapping[str, int], version: int) -> int:
+    """Bytes of a cgroup's memory that the system drops before it reaches the limit: the file cache that no process
+    maps (what was only read or written: Python's sources, a saved checkpoint), less shared memory, which has no
+    file to go back to. Without those figures (an old kernel), the inactive file cache."""
+    cache, mapped, shared = (("total_cache", "total_mapped_file", "total_shmem") if version == 1
+                             else ("file", "file_mapped", "shmem"))
+    if cache in stat and mapped in stat:
+        return max(0, stat[cache] - stat[mapped] - stat.get(shared, 0))
+    return stat.get("total_inactive_file" if version == 1 else "inactive_file", 0)
+
+
 def _cgroup_room(cgroup_file: Path, sys_fs: Path) -> int | None:
     """Bytes left under the memory limits of this process's cgroup and its parents (v2 or v1), or None."""
     rooms = []
     for line in cgroup_file.read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         if controllers == "":  # cgroup v2
-            base, limit_name, usage_name, cache_name = sys_fs, "memory.max", "memory.current", "inactive_file"
+            version, base, limit_name, usage_name = 2, sys_fs, "memory.max", "memory.current"
         elif "memory" in controllers.split(","):  # cgroup v1
-            base = sys_fs / "memory"
-            limit_name, usage_name, cache_name = "memory.limit_in_bytes", "memory.usage_in_bytes", \
-                "total_inactive_file"
+            version, base = 1, sys_fs / "memory"
+            limit_name, usage_name = "memory.limit_in_bytes", "memory.usage_in_bytes"
         else:
             continue
         folder = base / path.lstrip("/")
@@ -161,8 +190,9 @@ def _cgroup_room(cgroup_file: Path, sys_fs: Path) -> int | None:
                 limit = (folder / limit_name).read_text().strip()
                 if limit != "max" and int(limit) < 2**60:
                     usage = int((folder / usage_name).read_text())
-                    stat = dict(row.split() for row in (folder / "memory.stat").read_text().splitlines())
-                    rooms.append(int(limit) - usage + int(stat.get(cache_name, 0)))  # the idle cache can go
+                    stat = {name: int(value) for name, value in
+                            (row.split() for row in (folder / "memory.stat").read_text().splitlines())}
+                    rooms.append(int(limit) - usage + _reclaimable(stat, version))
             except (OSError, ValueError):
                 pass
             folder = folder.parent
