@@ -10,8 +10,9 @@
    column at 1400 pixels: a wide table hides its last columns. A notebook page's DOM must hold that notebook's
    stored outputs: as many output blocks as the notebook has code cells with outputs, and as many figures
    (<img> inside outputs) as it stores PNG images; the first line of a stored printed output must be in the
-   page's text. A screenshot of each page is written under build/book/screenshots/EDITION/, and it must not be
-   blank (Pillow counts the pixels that are not white).
+   page's text. Every formula ($...$ in the notebooks) must be typeset by MathJax, which the book ships (a canary
+   page with a formula and no MathJax must be caught first). A screenshot of each page is written under
+   build/book/screenshots/EDITION/, and it must not be blank (Pillow counts the pixels that are not white).
 
 Usage: python -m tools.browser.book_pages [--html build/book/html] [--editions en vi zh-CN] [--pages 01_devices ...]
 Exit status 0 when every check passes, 1 with one line per failure otherwise.
