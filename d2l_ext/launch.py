@@ -452,12 +452,20 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
                 reader.join(timeout=10)
             del store  # closes the rendezvous' port
     if time.monotonic() - started >= timeout:
-        raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped")
+        # what each node printed last says where it stopped (a rendezvous, a collective, a rank that never came)
+        last = "; ".join(f"node {node}: {_last_line(outputs[node])!r} on stdout, {_last_line(errors[node])!r} on stderr"
+                         for node in range(nodes))
+        raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped. "
+                           f"Last lines: {last}")
     for node, process in enumerate(processes):
         if process.returncode not in (0, -signal.SIGKILL):
             raise LaunchError(process.returncode, "".join(outputs[node]), "".join(errors[node]),
                               launcher=f"torchrun (node {node})")
     return ["".join(lines) for lines in outputs]
+
+
+def _last_line(lines: list[str]) -> str:
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:

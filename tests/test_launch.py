@@ -376,6 +376,13 @@ def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
     assert set(running(script)) <= before
 
 
+def test_two_hanging_nodes_are_stopped_and_say_what_they_printed_last(script):
+    with pytest.raises(TimeoutError, match=r"within 8 s and were stopped\. Last lines: node 0: '.*' on stdout, '.*' on "
+                                           r"stderr; node 1: .+"):
+        launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, args=["sleep"], timeout=8, echo=False)
+    assert running(script) == []
+
+
 @pytest.mark.parametrize(("visible", "nodes", "nproc", "expected"), [
     ([], 2, 1, ["", ""]),  # no GPU: every worker on the CPU
     (["0"], 2, 1, ["", ""]),  # one GPU, two one-worker nodes: not both on cuda:0 (NCCL refuses it)
