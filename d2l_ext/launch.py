@@ -423,8 +423,10 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
     port = store.port
     with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
         readers = []
-        started = time.monotonic()
-        timer = threading.Timer(timeout, lambda: [_kill_group(p) for p in processes])
+        # the timer, not a clock reading, says whether the run was stopped: a run that ended on its own reports
+        # its own outcome, however long a busy machine made it take
+        stopped = threading.Event()
+        timer = threading.Timer(timeout, lambda: (stopped.set(), [_kill_group(p) for p in processes]))
         timer.start()
         try:
             for node in range(nodes):
@@ -451,7 +453,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
             for reader in readers:
                 reader.join(timeout=10)
             del store  # closes the rendezvous' port
-    if time.monotonic() - started >= timeout:
+    if stopped.is_set():
         # what each node printed last says where it stopped (a rendezvous, a collective, a rank that never came)
         last = "; ".join(f"node {node}: {_last_line(outputs[node])!r} on stdout, {_last_line(errors[node])!r} on stderr"
                          for node in range(nodes))
@@ -529,10 +531,10 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
     stderr_lines: list[str] = []
     drain = threading.Thread(target=lambda: stderr_lines.extend(stderr), daemon=True)
     drain.start()
-    timer = threading.Timer(timeout, _kill_group, args=(process,))
+    stopped = threading.Event()  # set by the timer only: a run that ended on its own reports its own outcome
+    timer = threading.Timer(timeout, lambda: (stopped.set(), _kill_group(process)))
     timer.start()
     stdout_lines: list[str] = []
-    started = time.monotonic()
     try:
         for line in stdout:
             stdout_lines.append(line)
@@ -544,7 +546,7 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
         _kill_group(process)  # leftovers, if any
         drain.join(timeout=10)
     if process.returncode != 0:
-        if time.monotonic() - started >= timeout:
+        if stopped.is_set():
             raise TimeoutError(f"{launcher} did not finish within {timeout} s and was stopped")
         raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher,
                           worker_errors=worker_errors(log_dir) if log_dir is not None else None)

@@ -383,6 +383,15 @@ def test_two_hanging_nodes_are_stopped_and_say_what_they_printed_last(script):
     assert running(script) == []
 
 
+def test_a_run_that_ends_on_its_own_is_no_timeout_however_late_the_clock_says_it_is(script, monkeypatch):
+    """Only the timer stops a run: a clock that runs fast (make check-timing stretches the kernel's) must not turn
+    a finished run into a TimeoutError, which would also hide a failing node's own error."""
+    late = iter(range(0, 10**9, 1000))  # each reading 1000 s after the one before
+    monkeypatch.setattr(launch, "time", SimpleNamespace(monotonic=lambda: next(late), monotonic_ns=time.monotonic_ns))
+    outputs = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, args=["none"], timeout=180, echo=False)
+    assert "rank 0 of 2: sum 3" in "".join(outputs)
+
+
 @pytest.mark.parametrize(("visible", "nodes", "nproc", "expected"), [
     ([], 2, 1, ["", ""]),  # no GPU: every worker on the CPU
     (["0"], 2, 1, ["", ""]),  # one GPU, two one-worker nodes: not both on cuda:0 (NCCL refuses it)
