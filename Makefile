@@ -1,6 +1,9 @@
 # Two commands do all the set-up: `make lab` and `make test`. Both create the environment on first use.
 SHELL  := /bin/bash
-PYTHON ?= python3
+# The Python that creates .venv. `make test-colab PYTHON=...` names Colab's Python instead: .venv is then still
+# created with DEFAULT_PYTHON
+DEFAULT_PYTHON := python3
+PYTHON ?= $(DEFAULT_PYTHON)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -115,8 +118,10 @@ test-matrix: env
 # without it, one line says what to install; no other Python is taken in its place
 # COLAB_ARGS: pytest arguments instead of every notebook and the sliders' tests
 COLAB_ARGS ?=
+# The tool runs in .venv (it reads make test's settings with nbformat), created first with DEFAULT_PYTHON
 test-colab:
-	python3 -m tools.envs.colab --python $(PYTHON) $(COLAB_ARGS)
+	@$(MAKE) --no-print-directory env PYTHON=$(DEFAULT_PYTHON)
+	$(BIN)/python -m tools.envs.colab --python $(PYTHON) $(COLAB_ARGS)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/checks/tags.py)
 CHECK_TAGS_ARGS ?=

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
@@ -74,3 +76,52 @@ def test_no_environment_or_build_output_is_tracked():
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     leaked = [p for p in tracked if re.match(r"(\.venv|build/|.*\.egg-info/|.*__pycache__/)", p)]
     assert not leaked, f"tracked by mistake (git rm --cached them): {leaked}"
+
+
+def phony_targets() -> list[str]:
+    """Return the Makefile's .PHONY targets, as make itself reads them (its database, not the file's text)."""
+    database = subprocess.run(["make", "-pRrq", "-C", str(REPO), ":"], capture_output=True, text=True).stdout
+    line = next(row for row in database.splitlines() if row.startswith(".PHONY:"))
+    return sorted(line.split(":", 1)[1].split())
+
+
+# an interpreter that runs one of the course's modules (python3 -m tools.envs.colab, $(BIN)/python -m d2l_ext.doctor)
+MODULE_RUN = re.compile(r"(\S+)\s+-m\s+((?:tools|d2l_ext)\b[\w.]*)")
+
+
+def dry_run(target: str, tmp_path: Path, *variables: str) -> str:
+    """Return the commands ``make target`` would run, none of them run, on a checkout whose environments do not exist
+    yet (each under ``tmp_path``), as on a fresh clone. make -n runs a line that calls $(MAKE) (make test's whole
+    recipe is one such line): a shell that prints what it is given runs those, so nothing runs."""
+    shell = tmp_path / "print-shell"
+    shell.write_text('#!/bin/sh\nprintf "%s\\n" "$2"\n')
+    shell.chmod(0o755)
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(REPO), target, f"SHELL={shell}",
+                           f"VENV={tmp_path / 'venv'}", f"BOOK_VENV={tmp_path / 'book'}", *variables],
+                          capture_output=True, text=True, env={**os.environ, "MAKEFLAGS": ""})
+    assert done.returncode == 0, f"make -n {target}: {done.stderr[-500:]}"
+    return done.stdout
+
+
+def test_every_make_target_runs_the_course_tools_in_an_environment_the_makefile_creates(tmp_path):
+    # issue 50: test-colab ran `python3 -m tools.envs.colab`, the machine's Python without nbformat
+    runs = {target: MODULE_RUN.findall(dry_run(target, tmp_path)) for target in phony_targets()}
+    assert len([t for t, found in runs.items() if found]) >= 10, f"too few targets seen to run a module: {runs}"
+    bare = {target: [f"{python} -m {module}" for python, module in found
+                     if not (python.startswith(str(tmp_path)) and python.endswith("/bin/python"))]
+            for target, found in runs.items()}
+    assert not {t: b for t, b in bare.items() if b}, "these run a course module outside the Makefile's venvs"
+
+
+def test_a_bare_interpreter_is_caught(tmp_path):
+    # the check above would see the line issue 50 found
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(".PHONY: t\nt:\n\tpython3 -m tools.envs.colab --python python3.13\n")
+    found = subprocess.run(["make", "-n", "-f", str(makefile), "t"], capture_output=True, text=True).stdout
+    assert MODULE_RUN.findall(found) == [("python3", "tools.envs.colab")]
+
+
+def test_test_colab_builds_dot_venv_with_the_default_python_not_colabs(tmp_path):
+    found = dry_run("test-colab", tmp_path, "PYTHON=python3.13")
+    assert "make --no-print-directory env PYTHON=python3\n" in found, found
+    assert f"{tmp_path / 'venv'}/bin/python -m tools.envs.colab --python python3.13" in found
