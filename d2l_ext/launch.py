@@ -250,10 +250,32 @@ def join() -> tuple[int, torch.device, str]:
     return local_rank, device, backend
 
 
+# The process groups that ``leave`` destroyed, kept until the process ends (see ``keep_process_groups``)
+_KEPT_GROUPS: list[Any] = []
+
+
+def keep_process_groups() -> int:
+    """Keep a reference to every process group of this process until it ends; return how many.
+
+    ``destroy_process_group`` unregisters the groups, but a gloo group's C++ object lives until its last reference
+    goes: in a worker that torchrun forked, when the script's ``main()`` returns and frees its DDP model. Its
+    destructor joins gloo's threads with the GIL held, while one of them may still be freeing the last collective's
+    work, whose tensors Python owns: that thread then waits for the GIL for ever (seen in chapter 11 under load: rank
+    1 stuck there, its agent waiting on it, the launch stopped by its timeout; ``py-spy dump --native``:
+    ``ProcessGroupGloo::runLoop`` > ``~AsyncBarrierWork`` > ``gil_scoped_acquire``). Kept, the groups are never
+    destroyed: the process ends in ``os._exit`` (``exit_without_teardown``, or multiprocessing's for a forked worker),
+    which runs no destructor."""
+    world = getattr(dist.distributed_c10d, "_world", None)  # every group, subgroups too (private, so guarded)
+    groups = list(getattr(world, "pg_map", {}) or []) or [g for g in [dist.group.WORLD] if g is not None]
+    _KEPT_GROUPS.extend(groups)
+    return len(groups)
+
+
 def leave() -> None:
-    """End a launched process once every rank is done: a barrier, the process group destroyed, then
-    ``exit_without_teardown``."""
+    """End a launched process once every rank is done: a barrier, the process group destroyed (and kept from its
+    destructor: ``keep_process_groups``), then ``exit_without_teardown``."""
     dist.barrier()  # every rank is done with its collectives before any leaves
+    keep_process_groups()
     dist.destroy_process_group()
     exit_without_teardown()
 
@@ -426,7 +448,16 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
         # the timer, not a clock reading, says whether the run was stopped: a run that ended on its own reports
         # its own outcome, however long a busy machine made it take
         stopped = threading.Event()
-        timer = threading.Timer(timeout, lambda: (stopped.set(), [_kill_group(p) for p in processes]))
+        running: list[str] = []  # what the timer found still running, node by node
+
+        def stop() -> None:
+            running.extend(_still_running(node, process) for node, process in enumerate(processes)
+                           if process.poll() is None)
+            stopped.set()
+            for process in processes:
+                _kill_group(process)
+
+        timer = threading.Timer(timeout, stop)
         timer.start()
         try:
             for node in range(nodes):
@@ -458,12 +489,21 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
         last = "; ".join(f"node {node}: {_last_line(outputs[node])!r} on stdout, {_last_line(errors[node])!r} on stderr"
                          for node in range(nodes))
         raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped. "
-                           f"Last lines: {last}")
+                           f"Still running: {', '.join(running) or 'none'}. Last lines: {last}")
     for node, process in enumerate(processes):
         if process.returncode not in (0, -signal.SIGKILL):
             raise LaunchError(process.returncode, "".join(outputs[node]), "".join(errors[node]),
                               launcher=f"torchrun (node {node})")
     return ["".join(lines) for lines in outputs]
+
+
+def _still_running(node: int, process: subprocess.Popen) -> str:
+    """Say what of a node is still running: its agent, and how many workers (its processes' other processes)."""
+    try:
+        workers = len(psutil.Process(process.pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        workers = 0
+    return f"node {node} (its agent and {workers} worker{'s' if workers != 1 else ''})"
 
 
 def _last_line(lines: list[str]) -> str:

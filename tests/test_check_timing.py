@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tools.checks import timing as check_timing
@@ -196,3 +197,119 @@ def test_without_twice_a_pass_for_each_load_lists_each_fact_with_its_changed_lin
     assert "planted.ipynb code cell 3 (load late in the cell): t0 = " in printed
     assert "fresh:  the first sleep is longer (2x): False" in printed
     assert "code cell 1 " not in printed
+
+
+# Issue 51: chapter 11 hung under the slow clock. The clock itself had two ways to hang a process (below); the hang CI
+# saw was gloo's (d2l_ext.launch.keep_process_groups); and torchrun's agent read the stretched clock, which stretched
+# its own timers. Each test runs what hung before, with a time limit.
+def run_under_slow_clock(code: str, load: str = "early", stretch: tuple[float, float] = (1.0, 3.0),
+                         timeout: float = 60) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **check_timing.clock_environment(stretch, load),
+                   "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend")}
+    return subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=environment, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# a signal handler runs between two bytecodes of whatever the main thread runs, as a finalizer does when Python 3.12
+# or newer collects garbage there: inside a clock reading, a handler that reads a clock takes the clock's lock again
+REENTRANT_READING = """
+import signal, time
+signal.signal(signal.SIGALRM, lambda signum, frame: time.monotonic())
+signal.setitimer(signal.ITIMER_REAL, 1e-4, 1e-4)
+for _ in range(100_000):
+    time.perf_counter()
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("done")
+"""
+
+
+def test_a_clock_read_inside_a_clock_reading_does_not_deadlock():
+    # with a plain Lock this deadlocked (or died of the recursion); measured: Python 3.13 deadlocks the same way
+    # through a finalizer (a collected cycle whose __del__ reads a clock)
+    done = run_under_slow_clock(REENTRANT_READING)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-500:]
+
+
+# a thread reads the clock all along while the main thread forks: a child that copied the lock held waits for ever
+FORK_WHILE_READING = """
+import os, threading, time
+stop = False
+def reader():
+    while not stop:
+        time.monotonic()
+threading.Thread(target=reader, daemon=True).start()
+hung = 0
+for _ in range(30):
+    pid = os.fork()
+    if pid == 0:
+        time.perf_counter()
+        os._exit(0)
+    deadline = time.real_perf_counter() + 2
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.real_perf_counter() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.001)
+stop = True
+print(hung)
+"""
+
+
+def test_a_child_forked_while_another_thread_reads_the_clock_can_read_it():
+    # before: 15 children of 50 hung (measured); a DataLoader's workers and torchrun's are forked so
+    done = run_under_slow_clock(FORK_WHILE_READING, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "0", (done.stdout, done.stderr[-500:])
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["python", "-m", "torch.distributed.run", "--nnodes=2", "train.py"], True),
+    (["python", "-u", "-m", "d2l_ext.agent", "--run-path", "train.py"], True),
+    (["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "train.py"], True),
+    (["python", "train.py", "-m", "torch.distributed.run"], False),  # a script's own arguments
+    (["python", "-m", "ipykernel_launcher", "-f", "kernel.json"], False),
+    (["python", "-c", "print(1)"], False),
+])
+def test_torchruns_agent_is_recognised_by_its_command_line(argv, expected):
+    assert pretend_module().is_launcher(argv) is expected
+
+
+def pretend_module():
+    """tools/checks/pretend/sitecustomize.py as a module (without D2L_EXT_PRETEND it changes nothing)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pretend_sitecustomize",
+                                                  REPO / "tools" / "checks" / "pretend" / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# a rank's stopwatch fact: two sleeps of 0.2 s, timed from the script's own lines
+STOPWATCH = """
+import time
+t0 = time.perf_counter()
+time.sleep(0.2)
+t1 = time.perf_counter()
+time.sleep(0.2)
+t2 = time.perf_counter()
+print(f"first sleep longer: {(t1 - t0) > 1.5 * (t2 - t1)}")
+"""
+
+
+def test_torchruns_timers_read_the_real_clock_and_a_ranks_stopwatch_the_stretched_one(tmp_path, monkeypatch):
+    from d2l_ext import launch
+
+    script = tmp_path / "stopwatch.py"
+    script.write_text(STOPWATCH)
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tools" / "checks" / "pretend"))
+    # 100,000 times fast: the agents' rendezvous deadline (join: 600 s) would pass in 6 ms; before the fix node 1's
+    # agent gave up at once (RendezvousTimeoutError) and node 0's waited until the launch's timeout
+    for name, value in check_timing.clock_environment((1.0, 1e5), "early").items():
+        monkeypatch.setenv(name, value)
+    printed = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, timeout=60, echo=False)
+    assert printed == ["first sleep longer: True\n"] * 2  # each rank's first sleep ran 100,000 times fast
+    monkeypatch.setenv("D2L_EXT_SLOW_CLOCK_LOAD", "late")
+    printed = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, timeout=60, echo=False)
+    assert printed == ["first sleep longer: False\n"] * 2  # the fact flips with the load: check-timing finds it

@@ -13,7 +13,9 @@ what torch *reports*, not what it computes, or what the clocks report:
   it; with ``D2L_EXT_SLOW_CLOCK_SWITCH_AFTER=N`` a kernel's cells numbered above N (its second Run All) take the
   other one, and the processes they start inherit it. A cell's turn is its first clock reading that comes at
   least 1 ms after the cell's first reading and from another place in the notebook's own code than the reading
-  before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. torch is not imported.
+  before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. torch is not imported. torchrun's agent
+  keeps the real clocks, as its timers are not what the check is for; the workers it starts or forks stretch
+  theirs (`install_in_workers`).
 
 Why this module: no library makes torch report another build or a GPU, or stretches the clocks as load does.
 """
@@ -21,6 +23,7 @@ Why this module: no library makes torch report another build or a GPU, or stretc
 from __future__ import annotations
 
 import os
+import sys
 
 MODE = os.environ.get("D2L_EXT_PRETEND", "")
 
@@ -28,7 +31,8 @@ MODE = os.environ.get("D2L_EXT_PRETEND", "")
 TURN_AFTER = 0.001  # seconds from a cell's first clock reading before its turn can come
 
 
-def install_slow_clock(low: float, high: float, load: str = "early", switch_after: int | None = None) -> None:
+def install_slow_clock(low: float, high: float, load: str = "early", switch_after: int | None = None,
+                       launcher: dict | None = None) -> None:
     """Replace the clocks of ``time`` with ones that run ``high`` times fast on the loaded side of each cell's
     turn and ``low`` times fast on the other side: before the turn with ``load="early"``, after it with "late".
 
@@ -42,14 +46,21 @@ def install_slow_clock(low: float, high: float, load: str = "early", switch_afte
     the first reading of a ``measure(g)`` on the next line; a reading microseconds after the first, such as
     after an outer timer's start, does not turn). Readings on other threads, or outside cells, do not move the
     turn; every reading of every thread reads the same timeline, which only moves forward. With ``switch_after``,
-    cells whose execution count is above it take the other load (a kernel's second Run All).
+    cells whose execution count is above it take the other load (a kernel's second Run All). ``launcher``: the
+    globals of torchrun's agent's ``__main__``, in a worker it forked, which are not the worker's own code.
     """
     import sys
     import threading
     import time
 
+    if hasattr(time, "real_perf_counter"):
+        return  # installed already
     real = time.perf_counter
-    lock = threading.Lock()
+    # Reentrant: from Python 3.12 the garbage collector runs where the interpreter checks for pending work, such
+    # as the call to real() below, so a finalizer that reads a clock (a log record's time) runs inside the lock on
+    # the same thread; a plain Lock deadlocked that thread, and every thread that read a clock after it
+    # (tests/test_check_timing.py, a finalizer in a collected cycle)
+    lock = threading.RLock()
     main_thread = threading.get_ident()
     bases = {"perf_counter": real(), "monotonic": time.monotonic(), "time": time.time()}
     # the last real reading, the stretched time since start, its current rate; the cell, its load, its first
@@ -80,6 +91,8 @@ def install_slow_clock(low: float, high: float, load: str = "early", switch_afte
     def place() -> tuple:
         main = sys.modules.get("__main__")
         own = getattr(main, "__dict__", None)
+        if own is launcher:
+            return ()  # a worker forked by torchrun's agent, before its script runs: the agent's code, not its own
         frame, found = sys._getframe(2), []  # the clock, then what called it
         while frame is not None:
             if frame.f_globals is own:
@@ -105,6 +118,7 @@ def install_slow_clock(low: float, high: float, load: str = "early", switch_afte
     def elapsed() -> float:
         # where the reading is made, found before the lock is taken (what this calls may read a clock too)
         where = place() if threading.get_ident() == main_thread else ()
+        lock = locks[0]
         number, starts = cell() if where else (0, 0)
         with lock:
             now = real()
@@ -122,10 +136,52 @@ def install_slow_clock(low: float, high: float, load: str = "early", switch_afte
         base = bases[name]
         return lambda: round((base + elapsed()) * 1e9)
 
+    # A fork (a DataLoader's workers, torchrun's forked workers) copies the lock as it is: held, if another thread
+    # was reading a clock, and then held for ever in the child. The forking thread takes it first, so the timeline is
+    # whole at the fork, and the child, whose only thread is the forking one, starts with a lock of its own.
+    locks = [lock]
+
+    def after_fork_in_child() -> None:
+        nonlocal main_thread
+        locks[0], main_thread = threading.RLock(), threading.get_ident()
+
+    os.register_at_fork(before=lambda: locks[0].acquire(), after_in_parent=lambda: locks[0].release(),
+                        after_in_child=after_fork_in_child)
     for name in bases:
         setattr(time, name, clock(name))
         setattr(time, f"{name}_ns", clock_ns(name))
     time.real_perf_counter = real  # pyright: ignore[reportAttributeAccessIssue]  # a new attribute, for tests
+
+
+# torchrun's agent, run as ``python -m`` one of these or as the ``torchrun`` command
+LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "d2l_ext.agent")
+
+
+def is_launcher(argv: list[str]) -> bool:
+    """Return whether the command line ``argv`` (``sys.orig_argv``) starts torchrun's agent."""
+    arguments = iter(argv[1:])
+    for argument in arguments:  # the interpreter's options, up to what it runs
+        if argument == "-m":
+            return next(arguments, "") in LAUNCHERS
+        if argument == "-c":
+            return False
+        if argument in ("-W", "-X"):
+            next(arguments, None)  # the option's value
+        elif not argument.startswith("-"):
+            return os.path.basename(argument) == "torchrun"  # a script: the torchrun command, or another
+    return False
+
+
+def install_in_workers(install) -> None:
+    """In torchrun's agent: leave its clocks as they are, and stretch them in each worker it forks (``install``).
+
+    The agent's timers are what make a launch fail or a node count as gone: its rendezvous' deadlines (join 600 s,
+    close 30 s), heartbeats and keep-alive, its exit barrier and its watch on the workers. Load stretches none of
+    them on a learner's machine: it slows the work they wait for. So they read the real clock, and a stretched
+    clock there would only find torchrun's timeouts, not a fact a notebook prints. The workers run the notebook's
+    scripts, whose timings are what the check is for: a worker that the agent starts as a new Python stretches its
+    clocks at start-up like any process a cell starts, and one it forks (``--start-method=fork``) does so here."""
+    os.register_at_fork(after_in_child=install)
 
 
 if MODE == "slow-clock":
@@ -136,7 +192,11 @@ if MODE == "slow-clock":
     if load not in ("early", "late"):
         raise SystemExit(f"D2L_EXT_SLOW_CLOCK_LOAD={load!r}: expected 'early' or 'late'")
     switch_after = os.environ.get("D2L_EXT_SLOW_CLOCK_SWITCH_AFTER")
-    install_slow_clock(low, high, load, int(switch_after) if switch_after else None)
+    if is_launcher(getattr(sys, "orig_argv", sys.argv)):
+        install_in_workers(lambda: install_slow_clock(low, high, os.environ.get("D2L_EXT_SLOW_CLOCK_LOAD", load),
+                                                      launcher=vars(sys.modules["__main__"])))
+    else:
+        install_slow_clock(low, high, load, int(switch_after) if switch_after else None)
 elif MODE:
     import torch
     from torch.torch_version import TorchVersion
