@@ -12,7 +12,9 @@ own code (another line of the cell, or of a function it defines) than the readin
 the next line at ``g``'s first reading, and an outer timer started just before either does not turn. Each
 notebook runs twice: with the load early in each cell (the clocks run HIGH times fast before the turn and LOW
 times fast after it; 3 and 1 unless ``--stretch`` says otherwise) and with the load late (LOW before, HIGH after).
-A process a cell starts is a cell of its own (its script is the notebook's own code there), with the same load.
+A process a cell starts is a cell of its own (its script is the notebook's own code there), with the same load,
+except torchrun's agent: its timers (rendezvous, heartbeats, exit barrier) read the real clock, and the workers it
+starts or forks stretch theirs (tools/checks/pretend/sitecustomize.py, ``install_in_workers``).
 So:
 
 - a comparison of time before the turn with time after it flips in one of the runs whenever its true ratio is
