@@ -181,3 +181,39 @@ def test_collapsed_blocks_render_everywhere(path):
         for block in re.findall(r"<details>(.*?)</details>", cell.source, flags=re.S):
             assert re.match(r"<summary>[^<]+</summary>\n\n", block), f"cell {i}: <summary> then a blank line"
             assert block.endswith("\n\n"), f"cell {i}: a blank line before </details>"
+
+
+@pytest.mark.parametrize(("tools", "expected"), [
+    ({}, "rocm-smi is not installed here: no topology to show"),  # ROCm without its tools: one line, no error
+    ({"amd-smi": "GPU0 XGMI GPU1"}, "GPU0 XGMI GPU1"),
+    ({"rocm-smi": "XGMI between 0 and 1"}, "XGMI between 0 and 1"),
+])
+def test_chapter_9_shows_the_links_of_an_amd_machine_with_its_own_tools(monkeypatch, capsys, tools, expected):
+    """gpu-paths review B2: on an MI300X box (2 GPUs, ROCm) 9.7 ran nvidia-smi, which is not there. The cell is run
+    as such a machine would run it, with what torch reports and which commands exist controlled."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    import d2l_ext
+
+    cell = next(c for c in nbformat.read(NOTEBOOKS / "09_model_parallel.ipynb", as_version=4).cells
+                if c.get("id") == "gpu-links")
+    monkeypatch.setattr(d2l_ext, "needs_gpus", lambda n, kind=None: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda i, j: True)
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/opt/rocm/bin/{name}" if name in tools else None)
+    ran = []
+
+    def run(command, **kwargs):
+        ran.append(command)
+        if command[0] not in tools:
+            raise FileNotFoundError(2, "No such file or directory", command[0])
+        return subprocess.CompletedProcess(command, 0, stdout=tools[command[0]], stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    exec(cell.source, {"d2l_ext": d2l_ext, "torch": torch})
+    printed = capsys.readouterr().out
+    assert expected in printed and not any(command[0] == "nvidia-smi" for command in ran), (printed, ran)
