@@ -125,3 +125,14 @@ def test_test_colab_builds_dot_venv_with_the_default_python_not_colabs(tmp_path)
     found = dry_run("test-colab", tmp_path, "PYTHON=python3.13")
     assert "make --no-print-directory env PYTHON=python3\n" in found, found
     assert f"{tmp_path / 'venv'}/bin/python -m tools.envs.colab --python python3.13" in found
+
+
+def test_a_fork_on_github_runs_ci_on_pull_requests_and_asks_for_the_contributors_loop():
+    workflow = (REPO / ".github" / "workflows" / "tests.yml").read_text()
+    assert "pull_request:" in workflow and "bash .ci/run" in workflow
+    template = (REPO / ".github" / "PULL_REQUEST_TEMPLATE.md").read_text()
+    targets = phony_targets()
+    for command in re.findall(r"`make ([a-z-]+)`", template):
+        assert command in targets, f"the pull-request template names make {command}, which is not a target"
+    for step in ("make outputs", "tools.book.editions sync", "make test", "make check-timing", "make check-memory"):
+        assert step in template, f"the pull-request template leaves out {step} (CONTRIBUTING's loop)"
