@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -217,3 +219,62 @@ def test_chapter_9_shows_the_links_of_an_amd_machine_with_its_own_tools(monkeypa
     exec(cell.source, {"d2l_ext": d2l_ext, "torch": torch})
     printed = capsys.readouterr().out
     assert expected in printed and not any(command[0] == "nvidia-smi" for command in ran), (printed, ran)
+
+
+# what starts processes from a notebook cell, and the timeout each waits when none is given (None: for ever)
+LAUNCHERS = {"torchrun": 120, "torchrun_nodes": 180, "run_script": 120, "run_command": 120}
+
+
+def launch_waits(source: str) -> list[tuple[str, float | None]]:
+    """Return (call, seconds) for each launch in a code cell's ``source``, counted as many times as it runs: once per
+    item of the literal tuple or list a ``for`` loop around it goes over, twice in any other loop."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    code = TransformerManager().transform_cell(source)  # !shell and %magic lines as the Python IPython runs
+    found: list[tuple[str, float | None]] = []
+
+    def visit(node: ast.AST, times: int) -> None:
+        if isinstance(node, ast.For):
+            items = node.iter.elts if isinstance(node.iter, ast.Tuple | ast.List) else None
+            times *= len(items) if items is not None else 2
+        elif isinstance(node, ast.While):
+            times *= 2
+        if isinstance(node, ast.Call):
+            function = node.func
+            name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+            is_subprocess = (name == "run" and isinstance(function, ast.Attribute)
+                             and getattr(function.value, "id", "") == "subprocess")
+            if name in LAUNCHERS or is_subprocess:
+                given = [k.value for k in node.keywords if k.arg == "timeout"]
+                seconds = ast.literal_eval(given[0]) if given else LAUNCHERS.get(name)
+                found.extend([(ast.unparse(node)[:60], seconds)] * times)
+        for child in ast.iter_child_nodes(node):
+            visit(child, times)
+
+    visit(ast.parse(code), 1)
+    return found
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_a_cells_launches_stop_before_the_cell_does(path):
+    """Issue 44: a launch that hangs must stop by its own timeout, which says where it stopped, before the harness's
+    cell limit cuts the cell with nothing more than "timed out" (tools/outputs/run.py: LAUNCH_LIMIT)."""
+    from tools.outputs.run import LAUNCH_LIMIT
+
+    for index, cell in enumerate(code_cells(path)):
+        waits = launch_waits(cell.source)
+        unbounded = [call for call, seconds in waits if seconds is None]
+        assert not unbounded, f"code cell {index} starts a process with no timeout: {unbounded}"
+        total = sum(seconds for _, seconds in waits if seconds is not None)
+        assert total <= LAUNCH_LIMIT, (f"code cell {index}: its launches may wait {total} s in all, more than "
+                                       f"LAUNCH_LIMIT ({LAUNCH_LIMIT} s): {waits}")
+
+
+def test_launch_waits_are_counted_as_the_cell_runs_them():
+    source = ("for n in (1, 2):\n    torchrun('a.py', nproc=n, timeout=100)\n"
+              "subprocess.run(['x'])\nlaunch.torchrun_nodes('b.py')\n!nvidia-smi\n")
+    assert [seconds for _, seconds in launch_waits(source)] == [100, 100, None, 180]
+    from d2l_ext import launch
+
+    for name, seconds in LAUNCHERS.items():  # the defaults counted are launch.py's
+        assert inspect.signature(getattr(launch, name)).parameters["timeout"].default == seconds

@@ -61,13 +61,13 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from tools import REPO
+from tools.outputs.run import MEMORY_CELL_TIMEOUT
 
 BINDER = 2 * 2**30  # what Binder gives a learner's container: the server, the kernel and what it starts
 SERVER_MARGIN = 200 * 10**6  # left for the Jupyter server
 LIMIT = BINDER - SERVER_MARGIN  # the kernel and every process it starts
 KERNEL_BUDGET = 1_200 * 10**6  # the kernel process alone (issue 30)
 SAMPLE_S = 0.02
-CELL_TIMEOUT_S = 600
 RECORD = REPO / "d2l_ext" / "memory_peaks.json"
 README = REPO / "docs" / "chapters.md"  # the table of what each notebook needs
 README_START, README_END = "<!-- memory: written by tools/checks/memory.py --record -->", "<!-- /memory -->"
@@ -455,7 +455,7 @@ def cold_caches(folder: str) -> dict[str, str]:
 
 
 def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LIMIT,
-                 kernel_budget: int = KERNEL_BUDGET, timeout: int = CELL_TIMEOUT_S,
+                 kernel_budget: int = KERNEL_BUDGET, timeout: int = MEMORY_CELL_TIMEOUT,
                  drop_cache: bool = True) -> Result:
     """Run ``path`` top to bottom in a fresh kernel inside the limit; return its peaks and problems.
 

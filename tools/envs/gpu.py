@@ -40,7 +40,7 @@ import d2l_ext
 from d2l_ext import doctor
 from tools import REPO
 from tools.outputs.compare import DEVICE_DEPENDENT_TAG, compared_cell, outputs_match, tolerance_for
-from tools.outputs.run import notebook_client, notebooks, outputs_text, sanitize
+from tools.outputs.run import GPU_CELL_TIMEOUT, notebook_client, notebooks, outputs_text, sanitize
 
 SKIP_PREFIX = "Skipped: this cell needs"
 # peak of one direction of a PCIe link, GB/s, by generation, for x16 (after line coding)
@@ -79,7 +79,7 @@ def run_notebook(path: Path) -> NotebookResult:
     notebook = nbformat.read(path, as_version=4)
     stored = [copy.deepcopy(cell.get("outputs")) for cell in notebook.cells]
     start = time.perf_counter()
-    with notebook_client(notebook, path, timeout=900, allow_errors=True, record_timing=True) as client:
+    with notebook_client(notebook, path, timeout=GPU_CELL_TIMEOUT, allow_errors=True, record_timing=True) as client:
         client.execute()
     result = NotebookResult(path, seconds=time.perf_counter() - start)
     code_index = -1

@@ -54,8 +54,23 @@ SETTINGS = read_settings()
 TEST_ENVIRONMENT = dict(item.split("=", 1) for item in shlex.split(SETTINGS["NUMERIC_ENV"] + " " +
                                                                      SETTINGS["TEST_THREADS"]))
 NBVAL_OPTIONS = shlex.split(SETTINGS["NBVAL_OPTS"])
-# a cell's time limit, as make test's: a cell that hangs fails in that time instead of holding a run
+# The time limits of a notebook's cells and launches, in one place, each with its reason (a test checks every
+# launch in the notebooks against LAUNCH_LIMIT: tests/test_notebooks.py):
+# - CELL_TIMEOUT: a cell under make test, nbval, check-timing, check-tags and make outputs (settings.mk's
+#   --nbval-cell-timeout, read here): a cell that hangs fails in that time instead of holding a run;
 CELL_TIMEOUT = int(NBVAL_OPTIONS[NBVAL_OPTIONS.index("--nbval-cell-timeout") + 1])
+# - LAUNCH_LIMIT: what the launches of one cell (d2l_ext.torchrun, torchrun_nodes, run_script, subprocess.run) may
+#   wait in all, their timeout= summed: a minute below CELL_TIMEOUT, for the cell's own work, so that a launch that
+#   hangs stops first and its own message (which node or rank stopped where, what each printed last) reaches the
+#   reader and the test log, rather than the harness's "cell timed out";
+LAUNCH_LIMIT = CELL_TIMEOUT - 60
+# - MEMORY_CELL_TIMEOUT: a cell under make check-memory, which runs each notebook alone under Binder's memory
+#   limit; twice CELL_TIMEOUT, as a cell near that limit runs slower (the system drops file cache that the
+#   kernel then reads again) and a slow cell there is no memory failure;
+MEMORY_CELL_TIMEOUT = 2 * CELL_TIMEOUT
+# - GPU_CELL_TIMEOUT: a cell under make check-gpu, on a learner's GPU machine: three times CELL_TIMEOUT, as the first
+#   run of a GPU cell there may compile or search kernels for minutes (cuDNN's benchmark, ROCm's MIOpen, Triton).
+GPU_CELL_TIMEOUT = 3 * CELL_TIMEOUT
 
 
 def notebooks(args: list[str]) -> list[Path]:
