@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -453,6 +454,7 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
         def stop() -> None:
             running.extend(_still_running(node, process) for node, process in enumerate(processes)
                            if process.poll() is None)
+            dump_stacks(processes)
             stopped.set()
             for process in processes:
                 _kill_group(process)
@@ -572,7 +574,7 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
     drain = threading.Thread(target=lambda: stderr_lines.extend(stderr), daemon=True)
     drain.start()
     stopped = threading.Event()  # set by the timer only: a run that ended on its own reports its own outcome
-    timer = threading.Timer(timeout, lambda: (stopped.set(), _kill_group(process)))
+    timer = threading.Timer(timeout, lambda: (dump_stacks([process]), stopped.set(), _kill_group(process)))
     timer.start()
     stdout_lines: list[str] = []
     try:
@@ -591,6 +593,30 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
         raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher,
                           worker_errors=worker_errors(log_dir) if log_dir is not None else None)
     return "".join(stdout_lines)
+
+
+def dump_stacks(processes: list[subprocess.Popen], path: str | None = None) -> None:
+    """Before a timed-out launch is killed: write where each of its processes is, Python and native frames (``py-spy
+    dump --native``), to ``path`` (default: the file ``D2L_EXT_HANG_DUMP`` names; without it, nothing is done). A hang
+    that only a busy CI machine shows is then explained by its log (issue 51's was read this way)."""
+    path = path or os.environ.get("D2L_EXT_HANG_DUMP")
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not path or spy is None:
+        return
+    with open(path, "a", encoding="utf-8") as out:
+        for process in processes:
+            try:
+                tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for each in tree:
+                try:
+                    out.write(f"== {each.pid}: {' '.join(each.cmdline())[:300]}\n")
+                except psutil.Error:
+                    continue
+                out.flush()
+                subprocess.run([spy, "dump", "--native", "--pid", str(each.pid)], stdout=out, stderr=out,
+                               timeout=60, check=False)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

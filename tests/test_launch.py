@@ -428,3 +428,17 @@ def test_leave_keeps_every_process_group_from_its_destructor(tmp_path, monkeypat
     assert not launch.dist.is_initialized()  # destroyed, as before: unregistered
     assert any(group is world for group in launch._KEPT_GROUPS)
     assert any(group is subgroup for group in launch._KEPT_GROUPS)
+
+
+def test_a_timed_out_launch_says_where_its_processes_were_when_asked(tmp_path, monkeypatch):
+    """D2L_EXT_HANG_DUMP: py-spy's dump of each process of a launch that timed out, before it is killed."""
+    if launch.shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists():
+        pytest.skip("py-spy is not installed here")
+    dump = tmp_path / "stacks.txt"
+    monkeypatch.setenv("D2L_EXT_HANG_DUMP", str(dump))
+    script = tmp_path / "wait.py"
+    script.write_text("import time\n\ndef wait_here():\n    time.sleep(60)\n\nwait_here()\n")
+    with pytest.raises(TimeoutError):
+        launch.run_script(script, timeout=3, echo=False)
+    text = dump.read_text()
+    assert "wait.py" in text and "wait_here" in text, text[-2000:]
