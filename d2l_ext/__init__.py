@@ -10,9 +10,11 @@ from .estimate import (
     zero_bytes_per_gpu,
 )
 from .guard import needs_gpus
-from .launch import LaunchError, device_and_backend, processes_to_start, rank_device_and_backend, torchrun
+from .launch import LaunchError, torchrun
 from .memory import allocator_step_peak, memory_report, memory_table
 from .precision import autocast_dtype, needs_grad_scaler, saved_tensor_bytes, tf32_missing
+from .ranks import device_and_backend, rank_device_and_backend
+from .room import processes_to_start
 from .simqueue import SimulatedDevice
 from .simqueue import plot_timeline as plot_simulated_timeline
 from .timing import bandwidth, device_covers_host, host_seconds_for, measure, measure_copy, synchronize

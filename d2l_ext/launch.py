@@ -4,9 +4,10 @@
 and lets them meet at a rendezvous address. From a notebook it must also be bounded in time, talk over
 127.0.0.1 only, clean up every process it started, and turn a failing rank into an error that shows
 that rank's message. ``torchrun`` does the first part; this module does the rest (``run_script`` does it
-for a script that starts its processes itself, with ``torch.multiprocessing.spawn``). Inside each launched
-process, ``rank_device_and_backend`` picks the rank's device and the process group's backend, and ``say`` and
-``from_every_rank`` let rank 0 print what every rank found, in rank order.
+for a script that starts its processes itself, with ``torch.multiprocessing.spawn``). What each launched process
+does is ``d2l_ext.ranks``; how many processes fit here is ``d2l_ext.room``. Their names stay importable from here
+too (chapters 9 and 11 call ``launch.available_memory``, ``launch.model_parallel_processes`` and
+``launch.four_cpu_ranks_fit``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
-import multiprocessing
 import os
+import queue
 import re
 import shutil
 import signal
@@ -25,15 +26,30 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import torch
 import torch.distributed as dist
 
-T = TypeVar("T")
+# the names that lived here before d2l_ext.ranks and d2l_ext.room, kept importable (explicit re-exports)
+from d2l_ext.ranks import device_and_backend as device_and_backend
+from d2l_ext.ranks import exit_without_teardown as exit_without_teardown
+from d2l_ext.ranks import from_every_rank as from_every_rank
+from d2l_ext.ranks import join as join
+from d2l_ext.ranks import keep_process_groups as keep_process_groups
+from d2l_ext.ranks import leave as leave
+from d2l_ext.ranks import rank_device_and_backend as rank_device_and_backend
+from d2l_ext.ranks import say as say
+from d2l_ext.ranks import write_lines as write_lines
+from d2l_ext.room import FOUR_CPU_PROCESSES_BYTES as FOUR_CPU_PROCESSES_BYTES
+from d2l_ext.room import FOUR_FORKED_WORKERS_BYTES as FOUR_FORKED_WORKERS_BYTES
+from d2l_ext.room import available_memory as available_memory
+from d2l_ext.room import four_cpu_ranks_fit as four_cpu_ranks_fit
+from d2l_ext.room import model_parallel_processes as model_parallel_processes
+from d2l_ext.room import processes_to_start as processes_to_start
 
 
 class LaunchError(RuntimeError):
@@ -97,199 +113,6 @@ def worker_errors(log_dir: str | Path) -> dict[int, list[str]]:
         if error_file.parent.name.isdigit() and str(message).strip():
             errors[int(error_file.parent.name)] = [str(message).strip().splitlines()[0]]
     return errors
-
-
-def device_and_backend(local_rank: int, local_world_size: int, cuda_devices: int,
-                       nccl_available: bool) -> tuple[torch.device, str]:
-    """Return a local rank's device and process-group backend: its own CUDA GPU and NCCL, else CPU and gloo."""
-    if not 0 <= local_rank < local_world_size:
-        raise ValueError(f"local rank {local_rank} is not in 0..{local_world_size - 1}")
-    # NCCL needs one GPU per process: two ranks on one GPU are refused, and cuda:1 does not exist on one GPU
-    if nccl_available and cuda_devices >= local_world_size:
-        return torch.device("cuda", local_rank), "nccl"
-    return torch.device("cpu"), "gloo"
-
-
-def processes_to_start(cuda_devices: int | None = None) -> int:
-    """Return how many DDP processes to start on this machine: one per CUDA GPU, or two CPU processes without one."""
-    if cuda_devices is None:
-        cuda_devices = torch.cuda.device_count()
-    # an Apple or Intel GPU counts as none: NCCL is CUDA's, and gloo cannot all-reduce MPS tensors, so DDP runs
-    # on the CPU there, as two processes to show the communication
-    return cuda_devices or 2
-
-
-# The memory to have free before starting 4 CPU processes: measured, they add 1,826 MiB to the notebook's kernel
-# (chapter 9's tp-run: 2,417 MiB in all, summed PSS, tools/checks/memory.py --no-limit), each importing torch;
-# 2.5 GiB leaves some room. Under Binder's 2 GB (make check-memory) chapter 9 therefore starts 2
-FOUR_CPU_PROCESSES_BYTES = 5 * 2**29  # 2.5 GiB
-
-
-def model_parallel_processes(cuda_devices: int, available_bytes: int) -> tuple[int, str | None]:
-    """Return how many processes chapter 9's tensor-parallel script starts, and why not 4 when fewer.
-
-    Four processes run the (2, 2) mesh as well as the one-dimensional splits. With 4 CUDA GPUs or more, each
-    process takes its own GPU (NCCL); with 2 or 3, two processes do; with none or one, the processes run on the
-    CPU over gloo (NCCL needs a GPU per process), 4 of them if the memory allows."""
-    if cuda_devices < 0 or available_bytes < 0:
-        raise ValueError(f"a count cannot be negative: {cuda_devices} GPUs, {available_bytes} bytes")
-    if cuda_devices >= 4:
-        return 4, None
-    if cuda_devices >= 2:
-        return 2, f"the (2, 2) mesh needs 4 GPUs, and this machine has {cuda_devices}: 2 processes, one per GPU"
-    if available_bytes >= FOUR_CPU_PROCESSES_BYTES:
-        return 4, None
-    return 2, (f"4 CPU processes need about {FOUR_CPU_PROCESSES_BYTES / 2**30:.1f} GiB and "
-               f"{available_bytes / 2**30:.1f} GiB is available: 2 processes, so no (2, 2) mesh")
-
-
-# The memory to have free before starting 4 CPU workers that torchrun forks from its agent (forks_workers): they
-# share the agent's torch. Measured: chapter 11's 4-rank load (agent, 4 workers, then a plain process) added 900 MiB
-# to the kernel's 597 MiB, under Binder's limit (a cgroup of 1,857 MiB, tools/checks/memory.py --cells, 2026-11-28).
-# 1.1 GiB leaves a quarter more; where workers are not forked, each imports torch: FOUR_CPU_PROCESSES_BYTES.
-FOUR_FORKED_WORKERS_BYTES = 11 * 2**30 // 10  # 1.1 GiB
-
-
-def four_cpu_ranks_fit(available_bytes: int | None = None, fork: bool | None = None) -> tuple[bool, str | None]:
-    """Return whether a launch of 4 CPU ranks fits in the memory available (default: ``available_memory()``), and
-    why not when it does not. ``fork``: whether torchrun forks the workers (default: ``forks_workers()``)."""
-    available_bytes = available_memory() if available_bytes is None else available_bytes
-    fork = forks_workers() if fork is None else fork
-    needed = FOUR_FORKED_WORKERS_BYTES if fork else FOUR_CPU_PROCESSES_BYTES
-    if available_bytes >= needed:
-        return True, None
-    return False, (f"not on 4 ranks: they need about {needed / 2**30:.1f} GiB free, and "
-                   f"{available_bytes / 2**30:.1f} GiB is free here")
-
-
-def _reclaimable(stat: Mapping[str, int], version: int) -> int:
-    """Bytes of a cgroup's memory that the system drops before it reaches the limit: the file cache that no process
-    maps (what was only read or written: Python's sources, a saved checkpoint), less shared memory, which has no
-    file to go back to. Without those figures (an old kernel), the inactive file cache."""
-    cache, mapped, shared = (("total_cache", "total_mapped_file", "total_shmem") if version == 1
-                             else ("file", "file_mapped", "shmem"))
-    if cache in stat and mapped in stat:
-        return max(0, stat[cache] - stat[mapped] - stat.get(shared, 0))
-    return stat.get("total_inactive_file" if version == 1 else "inactive_file", 0)
-
-
-def _cgroup_room(cgroup_file: Path, sys_fs: Path) -> int | None:
-    """Bytes left under the memory limits of this process's cgroup and its parents (v2 or v1), or None."""
-    rooms = []
-    for line in cgroup_file.read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            version, base, limit_name, usage_name = 2, sys_fs, "memory.max", "memory.current"
-        elif "memory" in controllers.split(","):  # cgroup v1
-            version, base = 1, sys_fs / "memory"
-            limit_name, usage_name = "memory.limit_in_bytes", "memory.usage_in_bytes"
-        else:
-            continue
-        folder = base / path.lstrip("/")
-        while folder != base.parent and base in [folder, *folder.parents]:
-            try:
-                limit = (folder / limit_name).read_text().strip()
-                if limit != "max" and int(limit) < 2**60:
-                    usage = int((folder / usage_name).read_text())
-                    stat = {name: int(value) for name, value in
-                            (row.split() for row in (folder / "memory.stat").read_text().splitlines())}
-                    rooms.append(int(limit) - usage + _reclaimable(stat, version))
-            except (OSError, ValueError):
-                pass
-            folder = folder.parent
-    return min(rooms) if rooms else None
-
-
-def available_memory(cgroup_file: Path = Path("/proc/self/cgroup"), sys_fs: Path = Path("/sys/fs/cgroup")) -> int:
-    """Return the bytes this process can still use: the system's available memory, or less where a cgroup limits
-    this process (a container, Binder's 2 GB, make check-memory)."""
-    available = psutil.virtual_memory().available
-    try:
-        room = _cgroup_room(cgroup_file, sys_fs)
-    except (OSError, ValueError):
-        room = None
-    return max(0, min(available, room)) if room is not None else available
-
-
-def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
-    """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
-    nccl = dist.is_available() and dist.is_nccl_available()
-    return device_and_backend(local_rank, local_world_size, torch.cuda.device_count(), nccl)
-
-
-def say(*lines: str) -> None:
-    """Print ``lines`` on rank 0 only (in a launched process; the other ranks' findings reach it by collectives)."""
-    if dist.get_rank() == 0:
-        write_lines(*lines)
-
-
-def write_lines(*lines: str) -> None:
-    """Write ``lines`` to stdout in one system call. Ranks share their agent's stdout, and print() writes a line
-    and its newline apart: two ranks printing at once then mix their lines. One write of less than the pipe's
-    atomic size (4 KiB on Linux) is never mixed with another."""
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno(), "".join(line + "\n" for line in lines).encode())
-
-
-def from_every_rank(value: T) -> list[T]:
-    """Return ``value`` as each rank has it, in rank order (in a launched process; every rank must call this)."""
-    values: list = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
-
-
-def join() -> tuple[int, torch.device, str]:
-    """Join the process group in a process that torchrun started: take this rank's device and backend
-    (``rank_device_and_backend``), make a GPU the current one, and bind NCCL to it at once (``device_id``: NCCL
-    errors then show here rather than later). Return the local rank, the device and the backend.
-    Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
-    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device, backend = rank_device_and_backend(local_rank, local_world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
-    return local_rank, device, backend
-
-
-# The process groups that ``leave`` destroyed, kept until the process ends (see ``keep_process_groups``)
-_KEPT_GROUPS: list[Any] = []
-
-
-def keep_process_groups() -> int:
-    """Keep a reference to every process group of this process until it ends; return how many.
-
-    ``destroy_process_group`` unregisters the groups, but a gloo group's C++ object lives until its last reference
-    goes: in a worker that torchrun forked, when the script's ``main()`` returns and frees its DDP model. Its
-    destructor joins gloo's threads with the GIL held, while one of them may still be freeing the last collective's
-    work, whose tensors Python owns: that thread then waits for the GIL for ever (seen in chapter 11 under load: rank
-    1 stuck there, its agent waiting on it, the launch stopped by its timeout; ``py-spy dump --native``:
-    ``ProcessGroupGloo::runLoop`` > ``~AsyncBarrierWork`` > ``gil_scoped_acquire``). Kept, the groups are never
-    destroyed: the process ends in ``os._exit`` (``exit_without_teardown``, or multiprocessing's for a forked worker),
-    which runs no destructor."""
-    world = getattr(dist.distributed_c10d, "_world", None)  # every group, subgroups too (private, so guarded)
-    groups = list(getattr(world, "pg_map", {}) or []) or [g for g in [dist.group.WORLD] if g is not None]
-    _KEPT_GROUPS.extend(groups)
-    return len(groups)
-
-
-def leave() -> None:
-    """End a launched process once every rank is done: a barrier, the process group destroyed (and kept from its
-    destructor: ``keep_process_groups``), then ``exit_without_teardown``."""
-    dist.barrier()  # every rank is done with its collectives before any leaves
-    keep_process_groups()
-    dist.destroy_process_group()
-    exit_without_teardown()
-
-
-def exit_without_teardown() -> None:
-    """Exit a launched process without the interpreter's teardown. Under load the C++ runtime sometimes aborted a
-    rank in that teardown, after everything was printed ("terminate called without an active exception": gloo's
-    threads still being torn down), and torchrun then reported the run as failed. A worker that torchrun forked
-    (``forks_workers``) returns instead: torchrun waits for its script to return, and the forked process then
-    exits without that teardown."""
-    sys.stdout.flush()
-    if multiprocessing.parent_process() is None:
-        os._exit(0)
 
 
 def failing_rank(stderr: str) -> int | None:
@@ -431,85 +254,28 @@ def torchrun_nodes(script: str | Path, nodes: int = 2, nproc_per_node: int = 1, 
         env = forked_environment(script, env)
     visible = visible_gpus()
     release_memory()
-    outputs: list[list[str]] = [[] for _ in range(nodes)]
-    errors: list[list[str]] = [[] for _ in range(nodes)]
-    processes: list[subprocess.Popen] = []
-
-    def read(node: int, stream: Any, into: list[str], echoed: bool) -> None:
-        for line in stream:
-            into.append(line)
-            if echo and echoed:
-                print(f"[node {node}] {line}", end="", flush=True)
-
     # the rendezvous' store, on a port the system picks: it outlives every agent
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # pyright: ignore[reportPrivateImportUsage]
-    port = store.port
-    with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs:
-        readers = []
-        # the timer, not a clock reading, says whether the run was stopped: a run that ended on its own reports
-        # its own outcome, however long a busy machine made it take
-        stopped = threading.Event()
-        running: list[str] = []  # what the timer found still running, node by node
-
-        def stop() -> None:
-            running.extend(_still_running(node, process) for node, process in enumerate(processes)
-                           if process.poll() is None)
-            dump_stacks(processes)
-            stopped.set()
-            for process in processes:
-                _kill_group(process)
-
-        timer = threading.Timer(timeout, stop)
-        timer.start()
-        try:
-            for node in range(nodes):
-                command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{port}", run_id,
-                                       host=False, restarts=restarts, log_dir=Path(logs) / f"node{node}",
-                                       rdzv_conf=rdzv_conf, fork=fork)
-                gpus = node_visible_gpus(node, nodes, nproc_per_node, visible)
-                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                           env={**env, "D2L_EXT_NODE": str(node), "CUDA_VISIBLE_DEVICES": gpus,
-                                                "TMPDIR": logs},
-                                           start_new_session=True)
-                processes.append(process)
-                for stream, into, echoed in ((process.stdout, outputs[node], True), (process.stderr, errors[node],
-                                                                                        False)):
-                    reader = threading.Thread(target=read, args=(node, stream, into, echoed), daemon=True)
-                    reader.start()
-                    readers.append(reader)
-            for process in processes:
-                process.wait()
-        finally:
-            timer.cancel()
-            for process in processes:
-                _kill_group(process)
-            for reader in readers:
-                reader.join(timeout=10)
-            del store  # closes the rendezvous' port
-    if stopped.is_set():
+    echoed = (lambda name, line: print(f"[{name}] {line}", end="", flush=True)) if echo else None
+    with tempfile.TemporaryDirectory(prefix="d2l-ext-torchrun-") as logs, Supervised(timeout, echoed) as run:
+        for node in range(nodes):
+            command = node_command(script, size, nproc_per_node, args or [], f"127.0.0.1:{store.port}", run_id,
+                                   host=False, restarts=restarts, log_dir=Path(logs) / f"node{node}",
+                                   rdzv_conf=rdzv_conf, fork=fork)
+            gpus = node_visible_gpus(node, nodes, nproc_per_node, visible)
+            run.start(command, {**env, "D2L_EXT_NODE": str(node), "CUDA_VISIBLE_DEVICES": gpus, "TMPDIR": logs},
+                      name=f"node {node}")
+        run.wait()
+    del store  # closes the rendezvous' port
+    if run.stopped.is_set():
         # what each node printed last says where it stopped (a rendezvous, a collective, a rank that never came)
-        last = "; ".join(f"node {node}: {_last_line(outputs[node])!r} on stdout, {_last_line(errors[node])!r} on stderr"
-                         for node in range(nodes))
         raise TimeoutError(f"the {nodes} nodes did not finish within {timeout} s and were stopped. "
-                           f"Still running: {', '.join(running) or 'none'}. Last lines: {last}")
-    for node, process in enumerate(processes):
+                           f"Still running: {', '.join(run.running) or 'none'}. Last lines: {run.last_lines()}")
+    for node, process in enumerate(run.processes):
         if process.returncode not in (0, -signal.SIGKILL):
-            raise LaunchError(process.returncode, "".join(outputs[node]), "".join(errors[node]),
+            raise LaunchError(process.returncode, "".join(run.stdout[node]), "".join(run.stderr[node]),
                               launcher=f"torchrun (node {node})")
-    return ["".join(lines) for lines in outputs]
-
-
-def _still_running(node: int, process: subprocess.Popen) -> str:
-    """Say what of a node is still running: its agent, and how many workers (its processes' other processes)."""
-    try:
-        workers = len(psutil.Process(process.pid).children(recursive=True))
-    except psutil.NoSuchProcess:
-        workers = 0
-    return f"node {node} (its agent and {workers} worker{'s' if workers != 1 else ''})"
-
-
-def _last_line(lines: list[str]) -> str:
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return ["".join(lines) for lines in run.stdout]
 
 
 def run_script(script: str | Path, args: list[str] | None = None, timeout: float = 120, echo: bool = True) -> str:
@@ -566,33 +332,118 @@ def run_command(command: list[str], timeout: float = 120, echo: bool = True, lau
     """
     release_memory()
     env = launch_environment() if env is None else env
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)  # its own process group, so that all of it can be killed
-    stdout, stderr = process.stdout, process.stderr
-    assert stdout is not None and stderr is not None  # both are pipes
-    stderr_lines: list[str] = []
-    drain = threading.Thread(target=lambda: stderr_lines.extend(stderr), daemon=True)
-    drain.start()
-    stopped = threading.Event()  # set by the timer only: a run that ended on its own reports its own outcome
-    timer = threading.Timer(timeout, lambda: (dump_stacks([process]), stopped.set(), _kill_group(process)))
-    timer.start()
-    stdout_lines: list[str] = []
-    try:
-        for line in stdout:
-            stdout_lines.append(line)
-            if echo:
-                print(line, end="", flush=True)
-        process.wait()
-    finally:
-        timer.cancel()
-        _kill_group(process)  # leftovers, if any
-        drain.join(timeout=10)
+    with Supervised(timeout, (lambda name, line: print(line, end="", flush=True)) if echo else None) as run:
+        process = run.start(command, env, name=launcher)
+        run.wait()
     if process.returncode != 0:
-        if stopped.is_set():
-            raise TimeoutError(f"{launcher} did not finish within {timeout} s and was stopped")
-        raise LaunchError(process.returncode, "".join(stdout_lines), "".join(stderr_lines), launcher=launcher,
+        if run.stopped.is_set():
+            raise TimeoutError(f"{launcher} did not finish within {timeout} s and was stopped. "
+                               f"Last lines: {run.last_lines()}")
+        raise LaunchError(process.returncode, "".join(run.stdout[0]), "".join(run.stderr[0]), launcher=launcher,
                           worker_errors=worker_errors(log_dir) if log_dir is not None else None)
-    return "".join(stdout_lines)
+    return "".join(run.stdout[0])
+
+
+class Supervised:
+    """The processes of one launch, each in its own process group, watched until every one has ended or ``timeout``
+    seconds have passed since the launch began; then all of them, and every process they started, are killed.
+
+    Both launch modes use it (``run_command``: one process; ``torchrun_nodes``: one agent per node). Readers keep
+    each process's stdout and stderr lines (``stdout[i]``, ``stderr[i]``); ``wait`` echoes the stdout lines on the
+    calling thread as they come (``echo(name, line)``), so a notebook cell shows them in order. The timer, not a
+    clock reading, says whether the launch was stopped (``stopped``): a run that ended on its own reports its own
+    outcome, however long a busy machine made it take (a check-timing run once turned a finished run into a
+    timeout). When it stops them, ``running`` says what was still running, and ``dump_stacks`` where."""
+
+    def __init__(self, timeout: float, echo: Callable[[str, str], None] | None = None):
+        self.echo = echo
+        self.processes: list[subprocess.Popen] = []
+        self.names: list[str] = []
+        self.stdout: list[list[str]] = []
+        self.stderr: list[list[str]] = []
+        self.stopped = threading.Event()  # set by the timer only
+        self.running: list[str] = []  # what the timer found still running
+        self._lines: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._readers: list[threading.Thread] = []
+        self._timer = threading.Timer(timeout, self._stop)
+
+    def __enter__(self) -> Supervised:
+        self._timer.start()
+        return self
+
+    def start(self, command: list[str], env: Mapping[str, str], name: str) -> subprocess.Popen:
+        """Start ``command`` in a process group of its own, so that all of it can be killed; return the process."""
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                   start_new_session=True)
+        self.processes.append(process)
+        self.names.append(name)
+        self.stdout.append([])
+        self.stderr.append([])
+        for stream, into, echoed in ((process.stdout, self.stdout[-1], True), (process.stderr, self.stderr[-1], False)):
+            reader = threading.Thread(target=self._read, args=(name, stream, into, echoed), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+        return process
+
+    def _read(self, name: str, stream: Any, into: list[str], echoed: bool) -> None:
+        for line in stream:
+            into.append(line)
+            if echoed and self.echo is not None:
+                self._lines.put((name, line))
+
+    def _echo_waiting(self) -> None:
+        while True:
+            try:
+                name, line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if self.echo is not None:
+                self.echo(name, line)
+
+    def wait(self) -> None:
+        """Echo the processes' lines as they come, until every process has ended."""
+        while any(process.poll() is None for process in self.processes):
+            try:
+                name, line = self._lines.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if self.echo is not None:
+                self.echo(name, line)
+
+    def _stop(self) -> None:
+        self.running.extend(f"{name} and {_started_by(process)}"
+                            for name, process in zip(self.names, self.processes, strict=True) if process.poll() is None)
+        dump_stacks(self.processes)
+        self.stopped.set()
+        for process in self.processes:
+            _kill_group(process)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._timer.cancel()
+        for process in self.processes:
+            _kill_group(process)  # leftovers, if any
+            process.wait()
+        for reader in self._readers:
+            reader.join(timeout=10)
+        self._echo_waiting()  # the last lines, read after the processes ended
+
+    def last_lines(self) -> str:
+        """What each process printed last, on stdout and on stderr: where it stopped."""
+        return "; ".join(f"{name}: {_last_line(out)!r} on stdout, {_last_line(err)!r} on stderr"
+                         for name, out, err in zip(self.names, self.stdout, self.stderr, strict=True))
+
+
+def _started_by(process: subprocess.Popen) -> str:
+    """Say how many processes a launched process has started (for torchrun's agent: its workers)."""
+    try:
+        count = len(psutil.Process(process.pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        count = 0
+    return f"{count} process{'es' if count != 1 else ''} it started"
+
+
+def _last_line(lines: list[str]) -> str:
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def dump_stacks(processes: list[subprocess.Popen], path: str | None = None) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tools.checks import limits as lim
 from tools.checks import memory as cm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,35 +30,35 @@ V2_CGROUP = "0::/user.slice/user-1000.slice/session-3.scope\n"
 
 
 def test_finds_the_mounts_and_this_process_cgroups():
-    assert cm.cgroup_mounts(V1_MOUNTINFO) == {"memory": Path("/sys/fs/cgroup/memory"),
+    assert lim.cgroup_mounts(V1_MOUNTINFO) == {"memory": Path("/sys/fs/cgroup/memory"),
                                              "unified": Path("/sys/fs/cgroup/unified")}
-    assert cm.own_cgroups(V1_CGROUP) == {"memory": "/box/42", "unified": "/"}
-    assert cm.cgroup_mounts(V2_MOUNTINFO) == {"unified": Path("/sys/fs/cgroup")}
-    assert cm.own_cgroups(V2_CGROUP) == {"unified": "/user.slice/user-1000.slice/session-3.scope"}
+    assert lim.own_cgroups(V1_CGROUP) == {"memory": "/box/42", "unified": "/"}
+    assert lim.cgroup_mounts(V2_MOUNTINFO) == {"unified": Path("/sys/fs/cgroup")}
+    assert lim.own_cgroups(V2_CGROUP) == {"unified": "/user.slice/user-1000.slice/session-3.scope"}
 
 
 def test_picks_a_version_1_cgroup_or_a_delegated_version_2_one(tmp_path):
     v1 = tmp_path / "memory" / "box" / "42"
     v1.mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-    assert cm.cgroup_parent({"memory": tmp_path / "memory"}, {"memory": "/box/42"}) == (v1, 1)
+    assert lim.cgroup_parent({"memory": tmp_path / "memory"}, {"memory": "/box/42"}) == (v1, 1)
     v2 = tmp_path / "unified" / "me"
     v2.mkdir(parents=True)
     (v2 / "cgroup.subtree_control").write_text("cpu io\n")
-    assert cm.cgroup_parent({"unified": tmp_path / "unified"}, {"unified": "/me"}) is None  # not delegated
+    assert lim.cgroup_parent({"unified": tmp_path / "unified"}, {"unified": "/me"}) is None  # not delegated
     (v2 / "cgroup.subtree_control").write_text("cpu io memory pids\n")
-    assert cm.cgroup_parent({"unified": tmp_path / "unified"}, {"unified": "/me"}) == (v2, 2)
-    assert cm.cgroup_parent({}, {}) is None
+    assert lim.cgroup_parent({"unified": tmp_path / "unified"}, {"unified": "/me"}) == (v2, 2)
+    assert lim.cgroup_parent({}, {}) is None
 
 
 def test_counts_anonymous_and_mapped_memory_not_the_file_cache(tmp_path):
     stat = tmp_path / "memory.stat"
     stat.write_text("cache 900\nrss 10\nmapped_file 20\ntotal_cache 5000\ntotal_rss 300\ntotal_mapped_file 200\n"
                     "total_inactive_file 4000\n")
-    assert cm.mapped_bytes(stat, 1) == 500  # the hierarchy's totals: a launched process's memory included
+    assert lim.mapped_bytes(stat, 1) == 500  # the hierarchy's totals: a launched process's memory included
     stat.write_text("anon 300\nfile 5000\nfile_mapped 200\nshmem 0\ninactive_file 4000\n")
-    assert cm.mapped_bytes(stat, 2) == 500
-    assert cm.mapped_bytes(tmp_path / "missing", 2) is None
+    assert lim.mapped_bytes(stat, 2) == 500
+    assert lim.mapped_bytes(tmp_path / "missing", 2) is None
 
 
 def test_the_peak_is_put_on_the_cell_that_brought_it():
@@ -69,12 +70,12 @@ def test_the_peak_is_put_on_the_cell_that_brought_it():
 
 
 def test_without_a_limit_the_first_line_says_so(monkeypatch):
-    monkeypatch.setattr(cm, "cgroup_parent", lambda mounts, paths: None)
-    monkeypatch.setattr(cm, "systemd_scope_works", lambda: False)
-    make, how = cm.choose_limit()
-    assert make is cm.Limit and how.startswith("NO MEMORY LIMIT can be set on this machine")
-    make, how = cm.choose_limit(no_limit=True)
-    assert make is cm.Limit and "watched instead" in how
+    monkeypatch.setattr(lim, "cgroup_parent", lambda mounts, paths: None)
+    monkeypatch.setattr(lim, "systemd_scope_works", lambda: False)
+    make, how = lim.choose_limit()
+    assert make is lim.Limit and how.startswith("NO MEMORY LIMIT can be set on this machine")
+    make, how = lim.choose_limit(no_limit=True)
+    assert make is lim.Limit and "watched instead" in how
 
 
 def notebook(path: Path, *sources: str) -> Path:
@@ -107,9 +108,9 @@ def run(path: Path, make_limit, limit: int = 400 * MB, budget: int = 1000 * MB) 
 
 
 def limits() -> list:
-    found, how = cm.choose_limit()
-    kinds = [pytest.param(cm.Limit, id="watched")]
-    if found is not cm.Limit:
+    found, how = lim.choose_limit()
+    kinds = [pytest.param(lim.Limit, id="watched")]
+    if found is not lim.Limit:
         kinds.append(pytest.param(found, id="os-limit"))
     return kinds
 
@@ -129,12 +130,12 @@ def test_a_notebook_over_its_limit_fails_naming_the_cell(tiny, make_limit):
     result = run(tiny["over"], make_limit)
     assert not result.ok
     assert result.problems[0].startswith("cell 2 (c2): ")
-    assert ("killed the kernel" in result.problems[0]) if make_limit is not cm.Limit \
+    assert ("killed the kernel" in result.problems[0]) if make_limit is not lim.Limit \
         else ("went over the limit" in result.problems[0])
 
 
 def test_a_kernel_over_its_budget_fails_and_a_missing_notebook_is_named(tiny, tmp_path, capsys):
-    result = run(tiny["fits"], cm.Limit, budget=50 * MB)
+    result = run(tiny["fits"], lim.Limit, budget=50 * MB)
     assert any(p.startswith("cell 1 (c1): the kernel holds") and "over its budget" in p for p in result.problems)
     report = tmp_path / "report.md"
     code = cm.main([str(tmp_path / "absent.ipynb"), "--no-limit", "--report", str(report)])
@@ -159,13 +160,13 @@ def test_the_recorded_peaks_cover_every_notebook_and_the_readme_shows_them():
 
 
 def test_a_systemd_scope_is_asked_for_the_limit_and_read_from_its_cgroup(monkeypatch, tmp_path):
-    scope = cm.SystemdScope(1_847_483_648)
+    scope = lim.SystemdScope(1_847_483_648)
     assert scope.prefix() == ["systemd-run", "--user", "--scope", "--quiet", "-p", "MemoryMax=1847483648",
                               "-p", "MemorySwapMax=0", "--"]
     (tmp_path / "memory.current").write_text("9000\n")
     (tmp_path / "memory.stat").write_text("anon 300\nfile 8000\nfile_mapped 200\n")
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
-    monkeypatch.setattr(cm, "cgroup_of", lambda pid: tmp_path)
+    monkeypatch.setattr(lim, "cgroup_of", lambda pid: tmp_path)
     scope.started(12345)
     assert scope.cgroup == tmp_path and scope.kernel_pid == 12345
     assert scope.usage() == 500 and scope.oom_kills() == 1
@@ -179,7 +180,7 @@ def test_each_kernel_starts_with_empty_compile_caches_of_its_own(tmp_path):
     seen = []
     for index in range(2):
         out = tmp_path / f"caches{index}.txt"
-        result = run(notebook(tmp_path / f"c{index}.ipynb", body.format(out=str(out))), cm.Limit)
+        result = run(notebook(tmp_path / f"c{index}.ipynb", body.format(out=str(out))), lim.Limit)
         assert result.ok, result.problems
         seen.append(json.loads(out.read_text()))
     folders = [folder for run_seen in seen for folder, _ in run_seen]

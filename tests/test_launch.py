@@ -377,8 +377,8 @@ def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
 
 
 def test_two_hanging_nodes_are_stopped_and_say_what_they_printed_last(script):
-    with pytest.raises(TimeoutError, match=r"within 8 s and were stopped\. Still running: node 0 \(its agent and 1 "
-                                           r"worker\), node 1 \(its agent and 1 worker\)\. Last lines: node 0: '.*' "
+    with pytest.raises(TimeoutError, match=r"within 8 s and were stopped\. Still running: node 0 and 1 process it "
+                                           r"started, node 1 and 1 process it started\. Last lines: node 0: '.*' "
                                            r"on stdout, '.*' on stderr; node 1: .+"):
         launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, args=["sleep"], timeout=8, echo=False)
     assert running(script) == []
@@ -419,15 +419,17 @@ def test_leave_keeps_every_process_group_from_its_destructor(tmp_path, monkeypat
     """Issue 51: a gloo group destroyed as a forked worker's main() returned deadlocked its rank (the destructor joins
     gloo's threads holding the GIL; one of them waited for the GIL to free the last collective's work). leave()
     keeps every group, subgroups too, so that none is destroyed before the process ends in os._exit."""
-    monkeypatch.setattr(launch, "_KEPT_GROUPS", [])
-    monkeypatch.setattr(launch, "exit_without_teardown", lambda: None)
-    launch.dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    subgroup = launch.dist.new_group([0])
-    world = launch.dist.group.WORLD
-    launch.leave()
-    assert not launch.dist.is_initialized()  # destroyed, as before: unregistered
-    assert any(group is world for group in launch._KEPT_GROUPS)
-    assert any(group is subgroup for group in launch._KEPT_GROUPS)
+    from d2l_ext import ranks
+
+    monkeypatch.setattr(ranks, "_KEPT_GROUPS", [])
+    monkeypatch.setattr(ranks, "exit_without_teardown", lambda: None)
+    ranks.dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    subgroup = ranks.dist.new_group([0])
+    world = ranks.dist.group.WORLD
+    ranks.leave()
+    assert not ranks.dist.is_initialized()  # destroyed, as before: unregistered
+    assert any(group is world for group in ranks._KEPT_GROUPS)
+    assert any(group is subgroup for group in ranks._KEPT_GROUPS)
 
 
 def test_a_timed_out_launch_says_where_its_processes_were_when_asked(tmp_path, monkeypatch):

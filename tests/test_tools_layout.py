@@ -105,3 +105,10 @@ def test_make_and_the_tools_run_the_notebooks_with_the_same_settings():
     for text in (makefile := (REPO / "Makefile").read_text(encoding="utf-8"), (REPO / ".ci" / "run").read_text()):
         assert "MKL_CBWR=AVX2" not in text and "--nbval-cell-timeout" not in text  # written once, in settings.mk
     assert "include tools/outputs/settings.mk" in makefile
+
+
+def test_no_module_of_d2l_ext_or_tools_passes_500_lines():
+    """Issue 45: a module past 500 lines mixes concerns (launch.py held four, memory.py three): split it by concern."""
+    long = {str(path.relative_to(REPO)): count for path in sorted([*REPO.glob("d2l_ext/**/*.py"), *TOOLS.rglob("*.py")])
+            if (count := len(path.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, f"modules over 500 lines: {long}"

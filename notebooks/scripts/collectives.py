@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from d2l_ext.commcost import dist_exchange, ring_all_reduce
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 # torch 2.14 renamed all_gather_into_tensor and reduce_scatter_tensor (the old names warn); Colab's 2.11 has only those
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -22,7 +22,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from d2l_ext.launch import from_every_rank, join, leave, say  # rank 0 prints what every rank found
+from d2l_ext.ranks import from_every_rank, join, leave, say  # rank 0 prints what every rank found
 
 # what a launcher may set up for each process: torchrun sets all of these, torch.multiprocessing.spawn none
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

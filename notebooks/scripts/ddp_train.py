@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from d2l_ext import rank_device_and_backend
-from d2l_ext.launch import keep_process_groups
+from d2l_ext.ranks import keep_process_groups
 
 
 def synthetic_data(n: int, seed: int) -> TensorDataset:
@@ -78,7 +78,7 @@ def main() -> None:
     # only after success: on an error, shutting NCCL down while the other ranks wait in a collective can
     # block (pytorch/pytorch#119215); the failing process just exits, and torchrun stops the others.
     # keep_process_groups: the group's C++ object outlives this function, since destroying a gloo group as its
-    # last collective is being freed can deadlock the process (d2l_ext.launch says how)
+    # last collective is being freed can deadlock the process (d2l_ext.ranks says how)
     keep_process_groups()
     dist.destroy_process_group()
 

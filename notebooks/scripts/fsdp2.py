@@ -27,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 STEPS, GLOBAL_BATCH, LR = 5, 48, 1e-2  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 

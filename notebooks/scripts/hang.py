@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from d2l_ext.launch import exit_without_teardown, write_lines  # write_lines: one system call a line
+from d2l_ext.ranks import exit_without_teardown, write_lines  # write_lines: one system call a line
 
 SOURCE_PATH = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 

@@ -43,8 +43,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from d2l_ext.launch import from_every_rank, join, leave, say
 from d2l_ext.pipeline import Op, schedule, simulate
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 WIDTH, BLOCKS, BATCH, MICROBATCHES, RANKS = 16, 8, 8, 4, 2
 TOLERANCE = 1e-6

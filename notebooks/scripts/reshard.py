@@ -28,7 +28,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from d2l_ext import checkpoint
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.ranks import from_every_rank, join, leave, say
 from fsdp2 import model  # chapter 8's model (scripts/fsdp2.py)
 
 

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import checkpoint
-from d2l_ext.launch import from_every_rank, join, leave, say, write_lines
+from d2l_ext.ranks import from_every_rank, join, leave, say, write_lines
 from ddp_train import model, synthetic_data  # chapter 6's model and data (scripts/ddp_train.py)
 
 ENVIRONMENT = ["RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"]

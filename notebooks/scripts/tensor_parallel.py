@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from d2l_ext import commcost
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.parallel import ParallelStyle

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from d2l_ext.launch import from_every_rank, join, leave, say
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 STEPS, GLOBAL_BATCH = 5, 48  # 48: equal shares for 1, 2, 3, 4, 6 or 8 ranks
 LR, BETAS, EPS = 1e-2, (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults but the learning rate

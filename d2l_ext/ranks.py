@@ -1,0 +1,110 @@
+"""What a process that torchrun started does: take its device and join the process group (``join``), print on rank 0
+what every rank found (``say``, ``from_every_rank``), and leave without hanging (``leave``).
+
+The training scripts in ``notebooks/scripts`` import these; the notebook's side of a launch (starting the processes,
+bounding them in time, turning a failure into an error) is ``d2l_ext.launch``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+def device_and_backend(local_rank: int, local_world_size: int, cuda_devices: int,
+                       nccl_available: bool) -> tuple[torch.device, str]:
+    """Return a local rank's device and process-group backend: its own CUDA GPU and NCCL, else CPU and gloo."""
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"local rank {local_rank} is not in 0..{local_world_size - 1}")
+    # NCCL needs one GPU per process: two ranks on one GPU are refused, and cuda:1 does not exist on one GPU
+    if nccl_available and cuda_devices >= local_world_size:
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def rank_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
+    """Return ``device_and_backend`` for this machine, from what torch reports (CUDA GPUs, NCCL)."""
+    nccl = dist.is_available() and dist.is_nccl_available()
+    return device_and_backend(local_rank, local_world_size, torch.cuda.device_count(), nccl)
+
+
+def say(*lines: str) -> None:
+    """Print ``lines`` on rank 0 only (in a launched process; the other ranks' findings reach it by collectives)."""
+    if dist.get_rank() == 0:
+        write_lines(*lines)
+
+
+def write_lines(*lines: str) -> None:
+    """Write ``lines`` to stdout in one system call. Ranks share their agent's stdout, and print() writes a line
+    and its newline apart: two ranks printing at once then mix their lines. One write of less than the pipe's
+    atomic size (4 KiB on Linux) is never mixed with another."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), "".join(line + "\n" for line in lines).encode())
+
+
+def from_every_rank(value: T) -> list[T]:
+    """Return ``value`` as each rank has it, in rank order (in a launched process; every rank must call this)."""
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def join() -> tuple[int, torch.device, str]:
+    """Join the process group in a process that torchrun started: take this rank's device and backend
+    (``rank_device_and_backend``), make a GPU the current one, and bind NCCL to it at once (``device_id``: NCCL
+    errors then show here rather than later). Return the local rank, the device and the backend.
+    Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
+    local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    device, backend = rank_device_and_backend(local_rank, local_world_size)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    return local_rank, device, backend
+
+
+# The process groups that ``leave`` destroyed, kept until the process ends (see ``keep_process_groups``)
+_KEPT_GROUPS: list[Any] = []
+
+
+def keep_process_groups() -> int:
+    """Keep a reference to every process group of this process until it ends; return how many.
+
+    ``destroy_process_group`` unregisters the groups, but a gloo group's C++ object lives until its last reference
+    goes: in a worker that torchrun forked, when the script's ``main()`` returns and frees its DDP model. Its
+    destructor joins gloo's threads with the GIL held, while one of them may still be freeing the last collective's
+    work, whose tensors Python owns: that thread then waits for the GIL for ever (seen in chapter 11 under load: rank
+    1 stuck there, its agent waiting on it, the launch stopped by its timeout; ``py-spy dump --native``:
+    ``ProcessGroupGloo::runLoop`` > ``~AsyncBarrierWork`` > ``gil_scoped_acquire``). Kept, the groups are never
+    destroyed: the process ends in ``os._exit`` (``exit_without_teardown``, or multiprocessing's for a forked worker),
+    which runs no destructor."""
+    world = getattr(dist.distributed_c10d, "_world", None)  # every group, subgroups too (private, so guarded)
+    groups = list(getattr(world, "pg_map", {}) or []) or [g for g in [dist.group.WORLD] if g is not None]
+    _KEPT_GROUPS.extend(groups)
+    return len(groups)
+
+
+def leave() -> None:
+    """End a launched process once every rank is done: a barrier, the process group destroyed (and kept from its
+    destructor: ``keep_process_groups``), then ``exit_without_teardown``."""
+    dist.barrier()  # every rank is done with its collectives before any leaves
+    keep_process_groups()
+    dist.destroy_process_group()
+    exit_without_teardown()
+
+
+def exit_without_teardown() -> None:
+    """Exit a launched process without the interpreter's teardown. Under load the C++ runtime sometimes aborted a
+    rank in that teardown, after everything was printed ("terminate called without an active exception": gloo's
+    threads still being torn down), and torchrun then reported the run as failed. A worker that torchrun forked
+    (``forks_workers``) returns instead: torchrun waits for its script to return, and the forked process then
+    exits without that teardown."""
+    sys.stdout.flush()
+    if multiprocessing.parent_process() is None:
+        os._exit(0)
