@@ -449,9 +449,11 @@ def _last_line(lines: list[str]) -> str:
 def dump_stacks(processes: list[subprocess.Popen], path: str | None = None) -> None:
     """Before a timed-out launch is killed: write where each of its processes is, Python and native frames (``py-spy
     dump --native``), to ``path`` (default: the file ``D2L_EXT_HANG_DUMP`` names; without it, nothing is done). A hang
-    that only a busy CI machine shows is then explained by its log (issue 51's was read this way)."""
+    that only a busy CI machine shows is then explained by its log (issue 51's was read this way; .ci/run prints the
+    file). py-spy: ``D2L_EXT_PY_SPY``, else on PATH or beside this Python."""
     path = path or os.environ.get("D2L_EXT_HANG_DUMP")
-    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    spy = (os.environ.get("D2L_EXT_PY_SPY") or shutil.which("py-spy")
+           or shutil.which("py-spy", path=str(Path(sys.executable).parent)))
     if not path or spy is None:
         return
     with open(path, "a", encoding="utf-8") as out:
