@@ -16,6 +16,8 @@ import pytest
 from tools.checks import limits as lim
 from tools.checks import memory as cm
 
+pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
+
 REPO = Path(__file__).resolve().parent.parent
 MB = 10**6
 

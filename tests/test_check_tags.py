@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tools.checks import tags as check_tags
+
+pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
 
 
 def test_an_untagged_build_dependent_output_is_listed(tmp_path):

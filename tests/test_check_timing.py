@@ -15,6 +15,8 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tools.checks import timing as check_timing
 
+pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
+
 REPO = Path(__file__).resolve().parent.parent
 
 # each interval's stretch (its stretched length over its real one), from readings in a script (a process is one

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from d2l_ext import doctor
@@ -20,6 +21,7 @@ def write_chapter(folder, cells):
     (folder / "09_demo.ipynb").write_text(json.dumps(notebook))
 
 
+@pytest.mark.launches
 def test_runs_as_a_module_on_this_machine():
     done = subprocess.run([sys.executable, "-m", "d2l_ext.doctor"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -8,6 +8,8 @@ import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([\w.+-]+)$")
 
@@ -59,6 +61,7 @@ def test_other_installers_use_requirements_txt_and_pin_nothing_else():
     assert "pip install --no-deps -e ." in post_build
 
 
+@pytest.mark.launches
 def test_d2l_imports_without_its_pins():
     # d2l 1.0.3 pins numpy==1.23.5; installed with --no-deps beside numpy 2 it still works
     import numpy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tools.envs import gpu as gpu_check
@@ -15,6 +16,7 @@ def test_without_a_gpu_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.launches
 def test_cells_are_classified_ran_skipped_failed_and_untagged_differences_found(tmp_path):
     stored = new_output("stream", name="stdout", text="2\n")
     cells = [

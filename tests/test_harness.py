@@ -214,6 +214,7 @@ CASES = [(name, f"cells.ipynb::Cell {index}", expected, message)
 CASES += [(name, f"{name}.ipynb::Cell 0", expected, message) for name, _, expected, message in NOTEBOOK_CASES]
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize(("name", "item", "expected", "message"), CASES, ids=[case[0] for case in CASES])
 def test_harness_outcome(harness_run, name, item, expected, message):
     code, output = harness_run
@@ -223,6 +224,7 @@ def test_harness_outcome(harness_run, name, item, expected, message):
         assert message in output
 
 
+@pytest.mark.launches
 def test_a_notebook_left_out_fails_the_run(harness_run):
     code, output = harness_run
     assert code == 1

@@ -61,6 +61,7 @@ def running(script) -> list[int]:
     return found
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("fork", [True, False])  # the path CI takes, and the one a GPU machine takes
 def test_two_ranks_meet_on_loopback(script, monkeypatch, fork):
     monkeypatch.setattr(launch, "forks_workers", lambda: fork)
@@ -122,6 +123,7 @@ def test_the_agent_imports_what_the_script_imports_at_its_top_level(tmp_path, mo
     monkeypatch.delitem(sys.modules, "d2l_ext_neighbour")
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("fork", [True, False])
 def test_a_failing_rank_raises_with_its_message(script, monkeypatch, fork):
     monkeypatch.setattr(launch, "forks_workers", lambda: fork)
@@ -132,6 +134,7 @@ def test_a_failing_rank_raises_with_its_message(script, monkeypatch, fork):
     assert "ValueError: rank 1 fails on purpose" in str(failure.value)
 
 
+@pytest.mark.launches
 def test_a_hanging_run_is_stopped_and_leaves_nothing(script):
     start = time.monotonic()
     with pytest.raises(TimeoutError):
@@ -226,6 +229,7 @@ def test_gloo_listens_on_the_loopback_interface_of_each_platform(platform, inter
     assert chosen["GLOO_SOCKET_IFNAME"] == "eth1" and chosen["OMP_NUM_THREADS"] == "4"  # the user's choice stays
 
 
+@pytest.mark.launches
 def test_run_script_returns_its_output_or_raises_its_error(tmp_path):
     script = tmp_path / "plain.py"
     script.write_text("import sys\nprint('argument', sys.argv[1], flush=True)\nif sys.argv[1] == 'fail':\n"
@@ -257,6 +261,7 @@ def test_the_failing_rank_is_named_with_its_own_error_on_every_python(recording)
     assert "\x1b" not in error.stderr
 
 
+@pytest.mark.launches
 def test_launched_processes_write_no_colour():
     assert launch.launch_environment({"FORCE_COLOR": "1"})["PYTHON_COLORS"] == "0"  # 3.13: overrides FORCE_COLOR
 
@@ -368,6 +373,7 @@ def test_a_job_without_nodes_workers_or_with_negative_restarts_is_refused(settin
         launch.torchrun_nodes("train.py", **settings)
 
 
+@pytest.mark.launches
 def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
     before = set(running(script))
     outputs = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, args=["none"], timeout=180, echo=False)
@@ -376,6 +382,7 @@ def test_two_nodes_on_one_machine_meet_and_leave_nothing_behind(script):
     assert set(running(script)) <= before
 
 
+@pytest.mark.launches
 def test_two_hanging_nodes_are_stopped_and_say_what_they_printed_last(script):
     # each node's agent, and its worker unless a busy machine has not started it yet at 8 s
     with pytest.raises(TimeoutError, match=r"within 8 s and were stopped\. Still running: node 0 and [01] process(es)? "
@@ -385,6 +392,7 @@ def test_two_hanging_nodes_are_stopped_and_say_what_they_printed_last(script):
     assert running(script) == []
 
 
+@pytest.mark.launches
 def test_a_run_that_ends_on_its_own_is_no_timeout_however_late_the_clock_says_it_is(script, monkeypatch):
     """Only the timer stops a run: a clock that runs fast (make check-timing stretches the kernel's) must not turn
     a finished run into a TimeoutError, which would also hide a failing node's own error."""
@@ -433,6 +441,7 @@ def test_leave_keeps_every_process_group_from_its_destructor(tmp_path, monkeypat
     assert any(group is subgroup for group in ranks._KEPT_GROUPS)
 
 
+@pytest.mark.launches
 def test_a_timed_out_launch_says_where_its_processes_were_when_asked(tmp_path, monkeypatch):
     """D2L_EXT_HANG_DUMP: py-spy's dump of each process of a launch that timed out, before it is killed."""
     if launch.shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists():

@@ -11,6 +11,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

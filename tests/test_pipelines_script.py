@@ -33,6 +33,7 @@ def script():
     return load_script("pipelines")
 
 
+@pytest.mark.launches
 def test_every_schedule_gives_the_gradients_and_loss_of_one_process(output):
     if num_gpus() == 0:
         assert "2 processes, backend gloo, devices ['cpu', 'cpu']" in output
@@ -45,6 +46,7 @@ def test_every_schedule_gives_the_gradients_and_loss_of_one_process(output):
     assert "False" not in output
 
 
+@pytest.mark.launches
 def test_each_rank_runs_the_order_the_simulator_gives(output):
     assert "rank 0's order as run (F, B, W of a micro-batch, ' on its second stage); True: every rank's as " \
            "simulated" in output
@@ -57,6 +59,7 @@ def test_each_rank_runs_the_order_the_simulator_gives(output):
     assert "  zb-h1: F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3: True\n" in output
 
 
+@pytest.mark.launches
 def test_gpipe_holds_every_micro_batch_on_rank_0_and_1f1b_two(output):
     # a stage of k blocks saves its input and each Tanh's output (the next Linear saves the same tensor): k + 1
     # tensors of 2 x 16 float32 per micro-batch, 5 x 128 B = 640 B for 4 blocks, 3 x 128 B = 384 B for 2
@@ -70,10 +73,12 @@ def test_gpipe_holds_every_micro_batch_on_rank_0_and_1f1b_two(output):
            "flight: 4, 2, 5, 2\n" in output
 
 
+@pytest.mark.launches
 def test_its_lines_are_short(output):
     assert max(len(line) for line in output.splitlines()) <= 115
 
 
+@pytest.mark.launches
 def test_started_on_3_processes_it_says_how_to_start_it():
     with pytest.raises(launch.LaunchError) as failed:
         launch.torchrun(SCRIPT, nproc=3, timeout=180, echo=False)

@@ -92,6 +92,7 @@ def project(tmp_path):
     return tmp_path
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("workers", [[], ["-p", "xdist.plugin", "-n", "2"]], ids=["one process", "xdist"])
 def test_passes_are_reused_until_an_input_changes_and_a_failure_is_never_reused(project, workers):
     first = run(project, *workers)
@@ -110,6 +111,7 @@ def test_passes_are_reused_until_an_input_changes_and_a_failure_is_never_reused(
     assert fixed.returncode == 0 and "2 passed" in fixed.stdout and "--rerun-all given" in fixed.stdout
 
 
+@pytest.mark.launches
 def test_the_summary_names_the_slowest_files_with_their_tests_summed(project):
     """A file's tests are summed: two tests that each sleep 0.2 s make the file take at least 0.4 s."""
     (project / "tests" / "test_slow.py").write_text(
@@ -121,6 +123,7 @@ def test_the_summary_names_the_slowest_files_with_their_tests_summed(project):
     assert set(named) == {"tests/test_a.py", "tests/test_b.py", "tests/test_slow.py"}
 
 
+@pytest.mark.launches
 def test_a_partial_run_records_nothing(project):
     partial = run(project, "-k", "test_a")
     assert partial.returncode in (0, 5)

@@ -69,6 +69,7 @@ def listening_ports() -> set[int]:
     return {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
 
 
+@pytest.mark.launches
 def test_a_killed_worker_without_a_restart_fails_and_leaves_nothing(tmp_path, monkeypatch):
     temporary = tmp_path / "temporary"
     temporary.mkdir()
@@ -112,6 +113,7 @@ main()
 """
 
 
+@pytest.mark.launches
 def test_py_spy_finds_where_a_process_waits_or_says_why_not(tmp_path):
     """hang.py's dump(): py-spy on a live process whose stack is known (a script named hang.py, waiting in a
     function named all_reduce in another module), read the way the chapter reads rank 0's."""

@@ -76,6 +76,7 @@ def processes(output: str) -> int:
     return int(found[1])
 
 
+@pytest.mark.launches
 def test_it_matches_one_process_and_counts_each_collective_and_byte(output):
     n = processes(output)
     assert n in (2, 4)
@@ -129,6 +130,7 @@ def test_it_matches_one_process_and_counts_each_collective_and_byte(output):
            "  block: {'all_reduce': 2} / {'all_reduce': 4} / {'all_reduce': 4}\n" in output
 
 
+@pytest.mark.launches
 def test_on_4_processes_fsdp2_times_tp_matches_one_process_with_the_formula_s_bytes_per_rank(output):
     if processes(output) != 4:
         pytest.skip("the script ran on 2 processes on this machine (model_parallel_processes): no (2, 2) mesh")
@@ -164,6 +166,7 @@ def test_on_4_processes_fsdp2_times_tp_matches_one_process_with_the_formula_s_by
 
 
 
+@pytest.mark.launches
 def test_started_with_a_count_that_does_not_divide_the_heads_it_says_how_to_start_it():
     with pytest.raises(launch.LaunchError) as failed:
         launch.torchrun(SCRIPT, nproc=3, timeout=180, echo=False)

@@ -86,6 +86,7 @@ def test_make_loader_shuffles_reproducibly_for_training_only():
     assert len(first_batch(train=False, batch_size=50)) == 50
 
 
+@pytest.mark.launches
 def test_import_d2l_ext_does_not_import_d2l():
     # d2l takes seconds to import: only the d2l-style classes import it, on first use
     code = "import sys, d2l_ext; print('d2l' in sys.modules, 'torch' in sys.modules)"

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from tools.checks import typecheck
 
@@ -24,6 +25,7 @@ def guarded_cell(notebook) -> int:
     raise AssertionError(f"{CHAPTER.name} has no guarded cell calling {CALL}")
 
 
+@pytest.mark.launches
 def test_a_misspelt_name_in_a_guarded_cell_fails_and_is_located(tmp_path):
     # the chapter as it is, and a copy with the misspelt call, checked in one basedpyright run (one start-up)
     notebook = nbformat.read(CHAPTER, as_version=4)
