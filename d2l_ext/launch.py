@@ -413,6 +413,8 @@ class Supervised:
     def _stop(self) -> None:
         self.running.extend(f"{name} and {_started_by(process)}"
                             for name, process in zip(self.names, self.processes, strict=True) if process.poll() is None)
+        if not self.running:
+            return  # everything ended as the time ran out: the run reports its own outcome
         dump_stacks(self.processes)
         self.stopped.set()
         for process in self.processes:

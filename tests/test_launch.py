@@ -454,3 +454,13 @@ def test_a_timed_out_launch_says_where_its_processes_were_when_asked(tmp_path, m
         launch.run_script(script, timeout=3, echo=False)
     text = dump.read_text()
     assert "wait.py" in text and "wait_here" in text, text[-2000:]
+
+
+def test_a_timer_that_fires_after_every_process_ended_stops_nothing():
+    """The timer may fire between the last process's end and its own cancelling: the run then reports its own outcome,
+    not a timeout."""
+    with launch.Supervised(timeout=600) as run:
+        run.start([sys.executable, "-c", "print('done')"], dict(os.environ), name="quick")
+        run.wait()
+        run._stop()  # as the timer would, late
+    assert not run.stopped.is_set() and run.running == [] and run.stdout == [["done\n"]]
