@@ -58,8 +58,9 @@ def install_slow_clock(low: float, high: float, load: str = "early", switch_afte
     real = time.perf_counter
     # Reentrant: from Python 3.12 the garbage collector runs where the interpreter checks for pending work, such
     # as the call to real() below, so a finalizer that reads a clock (a log record's time) runs inside the lock on
-    # the same thread; a plain Lock deadlocked that thread, and every thread that read a clock after it
-    # (tests/test_check_timing.py, a finalizer in a collected cycle)
+    # the same thread; a plain Lock deadlocked that thread, and every thread that read a clock after it (measured on
+    # Python 3.13 with a collected cycle whose __del__ reads a clock; tests/test_check_timing.py re-enters through a
+    # signal handler, which does the same on any Python)
     lock = threading.RLock()
     main_thread = threading.get_ident()
     bases = {"perf_counter": real(), "monotonic": time.monotonic(), "time": time.time()}
