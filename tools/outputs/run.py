@@ -123,6 +123,30 @@ def notebook_client(notebook: nbformat.NotebookNode, path: Path, **options: Any)
         kernel.shutdown_kernel(now=True)
 
 
+# how many times a kernel is started before its start-up failure is an error
+KERNEL_STARTS = 3
+
+
+@contextlib.contextmanager
+def started_kernel(notebook: nbformat.NotebookNode, path: Path, env: dict[str, str],
+                   starts: int = KERNEL_STARTS) -> Iterator[NotebookClient]:
+    """Yield a client whose kernel (``notebook_client``, errors allowed) has started with ``env``. A kernel that dies
+    before it is ready is started again, ``starts`` times in all: jupyter_client picks free ports, and the kernel
+    binds them a moment later, so a process started in between may take one ("ZMQError: Address already in use",
+    seen once in CI's matrix, where torchrun's processes take ports beside two kernels)."""
+    for attempt in range(1, starts + 1):
+        with contextlib.ExitStack() as stack:
+            client = stack.enter_context(notebook_client(notebook, path, allow_errors=True))
+            try:
+                stack.enter_context(client.setup_kernel(env=env))
+            except Exception:
+                if attempt == starts:
+                    raise
+                continue  # the stack shuts that kernel down; a new one gets new ports
+            yield client
+            return
+
+
 def run_differences(path: Path, environment: dict[str, str] | None = None,
                     compare_first: bool = False) -> list[tuple[int, int, str, str, str]]:
     """Run ``path`` twice in one kernel (its environment: this one plus ``environment``); return, for each compared
@@ -152,8 +176,7 @@ def run_differences(path: Path, environment: dict[str, str] | None = None,
                 first_line = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
                 found.append((run, code_index, first_line, outputs_text(old or []), outputs_text(cell.outputs)))
 
-    with notebook_client(notebook, path, allow_errors=True) as client, \
-            client.setup_kernel(env={**os.environ, **(environment or {})}):
+    with started_kernel(notebook, path, {**os.environ, **(environment or {})}) as client:
         for run in (1, 2):
             for index, cell in enumerate(notebook.cells):
                 if cell.cell_type == "code":
