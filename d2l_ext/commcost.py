@@ -13,6 +13,7 @@ with, for a tensor of S bytes (the whole result for all_gather, the whole input 
 | all_gather     | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
 | reduce_scatter | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
 | all_to_all     | n - 1    | (n - 1)/n x S      | (n - 1)/n              |
+| broadcast      | n - 1    | S                  | 1                      |
 
 nccl-tests prints two bandwidths: *algbw* = S / time, what the caller sees, and *busbw* = algbw x the bus factor,
 the rate each link actually carried. busbw can be compared with the link's speed whatever n is; algbw cannot.
@@ -32,7 +33,7 @@ import torch
 from .diagrams import bucket_schedule
 from .simqueue import SimulatedDevice
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
 # DDP's first gradient bucket holds 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), the others bucket_cap_mb
@@ -50,13 +51,18 @@ def _check(collective: str, world_size: int, nbytes: float | None = None) -> Non
 
 
 def ring_steps(collective: str, world_size: int) -> int:
-    """How many send steps a ring takes: 2(n - 1) for all_reduce, n - 1 for the others."""
+    """How many send steps a ring takes: 2(n - 1) for all_reduce, n - 1 for the others (broadcast: the root's data
+    passes down a chain of n ranks)."""
     _check(collective, world_size)
     return 2 * (world_size - 1) if collective == "all_reduce" else world_size - 1
 
 
 def bus_factor(collective: str, world_size: int) -> float:
-    """nccl-tests' factor from algbw to busbw: 2(n - 1)/n for all_reduce, (n - 1)/n for the others."""
+    """nccl-tests' factor from algbw to busbw: 2(n - 1)/n for all_reduce, 1 for broadcast (every rank but the last
+    forwards all S bytes), (n - 1)/n for the others."""
+    if collective == "broadcast":
+        _check(collective, world_size)
+        return 1.0
     return ring_steps(collective, world_size) / world_size
 
 

@@ -90,7 +90,7 @@ def test_exposed_communication_is_what_computation_does_not_cover():
 @pytest.mark.parametrize("call, message", [
     (lambda: commcost.fit_alpha_beta("all_reduce", 2, [1e6], [1e-3]), "at least 2 distinct sizes"),
     (lambda: commcost.fit_alpha_beta("all_reduce", 2, [1e6, 2e6], [2e-3, 1e-3]), "do not grow"),
-    (lambda: commcost.bytes_sent_per_rank("broadcast", 2, 8), "all_reduce, all_gather"),
+    (lambda: commcost.bytes_sent_per_rank("gather", 2, 8), "all_reduce, all_gather"),
     (lambda: commcost.bytes_sent_per_rank("all_reduce", 1, 8), "at least 2 ranks"),
     (lambda: commcost.bytes_sent_per_rank("all_reduce", 2, 0), "must be positive"),
     (lambda: commcost.ring_all_reduce(torch.zeros(4), 2, 2, print), "a rank among them"),
@@ -157,3 +157,29 @@ def test_ddps_first_bucket_is_the_size_torch_uses():
     import torch.distributed as dist
 
     assert commcost.DDP_FIRST_BUCKET_BYTES == vars(dist)["_DEFAULT_FIRST_BUCKET_BYTES"]  # private in torch
+
+
+def test_broadcast_sends_the_whole_tensor_so_its_busbw_is_its_algbw():
+    assert commcost.ring_steps("broadcast", 4) == 3
+    assert commcost.bytes_sent_per_rank("broadcast", 4, 1e6) == 1e6
+    assert commcost.algbw_busbw("broadcast", 8, 8e6, 0.002) == (4e9, 4e9)
+    sizes = [2**k for k in range(10, 23, 2)]
+    times = [commcost.collective_seconds("broadcast", 2, s, alpha=3e-4, beta=5e8) for s in sizes]
+    alpha, beta = commcost.fit_alpha_beta("broadcast", 2, sizes, times)
+    assert (alpha, beta) == (pytest.approx(3e-4, rel=1e-9), pytest.approx(5e8, rel=1e-9))
+
+
+@pytest.mark.parametrize("collective", commcost.COLLECTIVES)
+def test_a_fit_to_noisy_times_never_gives_a_negative_latency_and_its_model_grows_with_the_size(collective):
+    # chapter 10.5 fits noisy timings: whatever they are, the model it predicts with must be a cost (this was a
+    # notebook cell, teaching review 3.7)
+    generator = torch.Generator().manual_seed(0)
+    sizes = [2**k for k in range(10, 23, 2)]
+    for _ in range(20):
+        noise = 1 + 0.5 * torch.rand(len(sizes), generator=generator)
+        times = [commcost.collective_seconds(collective, 2, s, 3e-4, 4e8) * float(f)
+                 for s, f in zip(sizes, noise, strict=True)]
+        alpha, beta = commcost.fit_alpha_beta(collective, 2, sizes, times)
+        assert alpha >= 0 and beta > 0
+        model = [commcost.collective_seconds(collective, 2, s, alpha, beta) for s in (1e3, 1e6, 1e8)]
+        assert model == sorted(model)

@@ -173,3 +173,26 @@ def test_measuring_the_machine_waits_for_the_device_in_every_run(monkeypatch):
     peak, bandwidth = roofline.measure_machine("cpu", size=32, numel=1024)
     assert peak > 0 and bandwidth > 0
     assert len(waits) >= 4 and set(waits) == {torch.device("cpu")}  # warm-up and timed runs, matmul and add
+
+
+def test_the_kv_cache_of_llama_3_70b_and_what_it_costs_decode():
+    kv = roofline.kv_cache_bytes_per_token(80, 8, 128, "bfloat16")
+    assert kv == 320 * 1024  # 80 layers x (key + value) x 8 heads x 128 x 2 bytes
+    weights_only = roofline.decode_tokens_per_second(70e9, "bfloat16", "H100", batch=295)
+    assert weights_only == pytest.approx(295 * 3.35e12 / 140e9)  # still (just) under the ridge: memory sets it
+    # 295 sequences of 4,096 tokens read 396 GB of cache per step beside 140 GB of weights (teaching review M7)
+    long = roofline.decode_tokens_per_second(70e9, "bfloat16", "H100", 295, 4096, kv)
+    short = roofline.decode_tokens_per_second(70e9, "bfloat16", "H100", 295, 1024, kv)
+    assert (round(long), round(short)) == (1844, 4135)
+    # far above the ridge and without a cache, compute sets the pace: 2P FLOPs a token at the peak
+    assert roofline.decode_tokens_per_second(70e9, "bfloat16", "H100", batch=10_000) == pytest.approx(
+        989.4e12 / 140e9)
+
+
+def test_the_tensor_parallel_threshold_is_the_scaling_books_plus_the_rings_one():
+    # SB writes F/2200 in a node (C/W = 989.4e12 / 450e9) and F/2475 across nodes (400 GB/s); the exact ring's
+    # (t - 1)/t adds 1
+    in_node = roofline.tp_comm_bound_degree("H100", "bfloat16", 450e9, ffn=28672)
+    across = roofline.tp_comm_bound_degree("H100", "bfloat16", 400e9, ffn=28672)
+    assert in_node - 1 == pytest.approx(28672 / (989.4e12 / 450e9))
+    assert (round(in_node - 1, 1), round(across - 1, 1)) == (13.0, 11.6)
