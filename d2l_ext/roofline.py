@@ -223,14 +223,29 @@ def training_seconds(params: float, tokens: float, gpus: int, gpu: str, dtype: s
     return 6 * params * tokens / (gpus * peak_flops(gpu, dtype) * mfu)
 
 
-def decode_tokens_per_second(params: float, dtype: str, gpu: str) -> float:
-    """The most tokens per second one GPU can generate for one sequence: each token reads every weight once
-    (P numbers of ``dtype``) for 2·P FLOPs, an intensity of 2/s FLOP/byte, far under any ridge: the memory's
-    bandwidth sets the pace (the KV cache and the activations are left out)."""
-    _positive(params=params)
+def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str) -> int:
+    """Bytes of KV cache one token of context keeps: a key and a value of ``kv_heads`` x ``head_dim`` numbers of
+    ``dtype`` in each of ``layers`` layers, 2·layers·kv_heads·head_dim·s (Llama 3 70B in bfloat16: 320 KiB)."""
+    _positive(layers=layers, kv_heads=kv_heads, head_dim=head_dim)
+    return 2 * layers * kv_heads * head_dim * DTYPE_BYTES[dtype]
+
+
+def decode_tokens_per_second(params: float, dtype: str, gpu: str, batch: int = 1, context: int = 0,
+                             kv_bytes_per_token: float = 0) -> float:
+    """The most tokens per second one GPU can generate in all for ``batch`` sequences of ``context`` tokens each.
+
+    Each step makes one token per sequence. It reads every weight once (P numbers of ``dtype``) and each sequence's
+    KV cache (``context`` x ``kv_bytes_per_token``), and does 2·P FLOPs per token: it takes the longer of its bytes
+    over the bandwidth and its FLOPs over the peak (the activations are left out). With one sequence and no cache,
+    the intensity is 2/s FLOP/byte, far under any ridge: the bandwidth sets the pace."""
+    _positive(params=params, batch=batch)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}: the table knows {', '.join(DTYPE_BYTES)}")
-    return gpu_spec(gpu).bandwidth / (params * DTYPE_BYTES[dtype])
+    if context < 0 or kv_bytes_per_token < 0:
+        raise ValueError(f"context and KV bytes must be at least 0, got {context!r} and {kv_bytes_per_token!r}")
+    nbytes = params * DTYPE_BYTES[dtype] + batch * context * kv_bytes_per_token
+    step = max(nbytes / gpu_spec(gpu).bandwidth, 2 * params * batch / peak_flops(gpu, dtype))
+    return batch / step
 
 
 # ------------------------------------------------------------------------------------------- this machine's
