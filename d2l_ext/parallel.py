@@ -1,6 +1,8 @@
-"""Data parallelism from scratch, as chapter 6 builds it (saved here so that its solutions can reuse it).
+"""Data parallelism from scratch, as chapter 6 builds it (saved here so that its solutions can reuse it), and
+``section``: chapter 9 shows each part of its one launch's output in the section that teaches it.
 
-The chapter defines these functions in a cell; tests/test_parallel.py checks that the two stay identical.
+Chapter 6 defines split_batch, allreduce and train_step in a cell; tests/test_parallel.py checks that the two stay
+identical.
 """
 
 from __future__ import annotations
@@ -34,3 +36,18 @@ def train_step(replicas, optimizers, X, y, devices):
     for optimizer in optimizers:
         optimizer.step()
         optimizer.zero_grad()
+
+
+def section(output: str, title: str) -> str:
+    """Return the lines of ``output`` under the title line ``-- title --``, up to the next title line (a script's
+    part, as scripts/tensor_parallel.py prints them); KeyError naming the titles there if ``title`` is not one."""
+    parts: dict[str, list[str]] = {}
+    lines: list[str] | None = None
+    for line in output.splitlines():
+        if line.startswith("-- ") and line.endswith(" --"):
+            lines = parts.setdefault(line[3:-3], [])
+        elif lines is not None:
+            lines.append(line)
+    if title not in parts:
+        raise KeyError(f"no part {title!r} in the output; its parts: {list(parts)}")
+    return "\n".join(parts[title])

@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
@@ -85,3 +86,12 @@ def test_uneven_batches_still_equal_one_device():
     batches = [(torch.randn(size, 5), torch.randint(0, 3, (size,))) for size in (2, 7, 3)]
     single, replica = train_both(single, 4, batches)
     assert_same_parameters(replica, single)
+
+
+def test_a_section_is_the_lines_under_its_title_up_to_the_next():
+    output = "4 processes\n-- by hand --\na\nb\n-- DTensor --\nc\n-- empty --\n"
+    assert parallel.section(output, "by hand") == "a\nb"
+    assert parallel.section(output, "DTensor") == "c"
+    assert parallel.section(output, "empty") == ""
+    with pytest.raises(KeyError, match=r"no part 'block' in the output; its parts: \['by hand', 'DTensor', 'empty'\]"):
+        parallel.section(output, "block")

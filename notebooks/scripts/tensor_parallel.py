@@ -2,6 +2,7 @@
 with torchrun.
 
     torchrun --nproc-per-node=2 scripts/tensor_parallel.py
+    torchrun --nproc-per-node=2 scripts/tensor_parallel.py --fused-qkv   # chapter 9's exercise 4: the block only
 
 A Megatron-LM MLP (Shoeybi et al., 2019) split over the ranks: the first linear layer by columns (each rank holds
 some of its output features), the second by rows (the matching input features). Each rank then computes a partial
@@ -10,19 +11,23 @@ other's conjugate: ``f`` is the identity forward and an all-reduce backward (eve
 partial sum), ``g`` an all-reduce forward and the identity backward. The all-reduce is a ring written with
 point-to-point sends, so that the bytes each rank sends are counted, not assumed: 2 (n - 1) / n times the tensor's.
 Then the same MLP with ``parallelize_module`` (ColwiseParallel, RowwiseParallel) on a device mesh, its collectives
-counted by ``CommDebugMode``. Next, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own
-tokens, an all-gather before the MLP and a reduce-scatter after it replace the all-reduce, and the LayerNorm saves
-1/n of the activations on each rank. Then a transformer block with its attention split by heads (q, k and v by
-columns, so each rank computes whole heads; the output projection by rows), and the collectives of a step, forward
-and backward, counted. On 4 processes, FSDP2 times tensor parallelism on a (2, 2) mesh too, each rank's
+counted by ``CommDebugMode``. Then a transformer block with its attention split by heads (q, k and v by columns,
+so each rank computes whole heads; the output projection by rows), and the collectives of a step, forward and
+backward, counted. Next, sequence parallelism on a LayerNorm and the MLP: each rank normalizes its own tokens, an
+all-gather before the MLP and a reduce-scatter after it replace the all-reduce, and the LayerNorm saves 1/n of the
+activations on each rank. On 4 processes, FSDP2 times tensor parallelism on a (2, 2) mesh too, each rank's
 parameters, gradients, Adam state and saved activations measured. Every rank also builds the whole model from the
-same seed and checks its output and gradients. Each process picks its device as scripts/ddp_train.py does (its
-own GPU over NCCL when every process has one, else the CPU over gloo); rank 0 prints what every rank found, in
-rank order.
+same seed and checks its output and gradients. Each process picks its device as scripts/ddp_train.py does (its own
+GPU over NCCL when every process has one, else the CPU over gloo); rank 0 prints what every rank found, in rank
+order, each part under a title line (``-- title --``) that chapter 9 shows in the section teaching it
+(d2l_ext.parallel.section). With ``--fused-qkv`` only the block runs, with q, k and v fused into one layer
+(chapter 9's exercise 4).
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import math
 import os
 import sys
@@ -45,6 +50,7 @@ HEADS, HEAD_DIM = 4, 4  # the transformer block's attention: HIDDEN = HEADS x HE
 # parallelize_module's plans, by module name; the same names tell d2l_ext.estimate_parallel_memory what is split
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
 BLOCK_PLAN = {"q": "colwise", "k": "colwise", "v": "colwise", "out": "rowwise", "mlp.0": "colwise", "mlp.2": "rowwise"}
+FUSED_BLOCK_PLAN = {"qkv": "colwise", "out": "rowwise", "mlp.0": "colwise", "mlp.2": "rowwise"}
 SENT: list[tuple[str, int]] = []  # (where, bytes this rank sent) for each all-reduce, in order
 
 
@@ -313,16 +319,49 @@ def full_block(device: torch.device) -> Block:
     return Block().to(device)
 
 
-def transformer_block(device: torch.device) -> list[str]:
+def fuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q's, k's and v's weights (or biases) as one layer's, head by head: q, k and v of head 0, then of head 1, ...
+    A split by output features (ColwiseParallel) then still gives each rank whole heads, with their q, k and v;
+    stacked [q; k; v] would give rank 0 only queries."""
+    return torch.stack([t.unflatten(0, (HEADS, HEAD_DIM)) for t in (q, k, v)], dim=1).flatten(0, 2)
+
+
+class FusedBlock(nn.Module):
+    """The block with q, k and v fused into one layer, ``qkv``, as Megatron does, made from ``block``'s weights
+    (so it computes the same). One column-split layer where there were three: backward all-reduces one input
+    gradient for the three, not three."""
+
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = copy.deepcopy(block.norm1), copy.deepcopy(block.norm2)
+        self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
+        with torch.no_grad():
+            self.qkv.weight.copy_(fuse(block.q.weight, block.k.weight, block.v.weight))
+            self.qkv.bias.copy_(fuse(block.q.bias, block.k.bias, block.v.bias))
+        self.out, self.mlp = copy.deepcopy(block.out), copy.deepcopy(block.mlp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        # (b, s, heads here, 3, HEAD_DIM): each head's q, k and v side by side, as fuse() laid them out
+        q, k, v = (t.transpose(1, 2) for t in self.qkv(h).view(b, s, -1, 3, HEAD_DIM).unbind(3))
+        heads = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(heads.transpose(1, 2).reshape(b, s, -1))
+        return x + self.mlp(self.norm2(x))
+
+
+def transformer_block(device: torch.device, fused: bool = False) -> list[str]:
     """The block with attention split by heads: q, k and v by columns (each rank HEADS / n whole heads), the output
-    projection by rows, the MLP as before; its output and every gradient equal one process's."""
+    projection by rows, the MLP as before; its output and every gradient equal one process's. ``fused``: q, k and
+    v fused into one layer (FusedBlock), its gradient compared with the three layers' fused the same way."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import parallelize_module
 
     n = dist.get_world_size()
-    reference, model = full_block(device), full_block(device)
-    parallelize_module(model, init_device_mesh(device.type, (n,)), styles(BLOCK_PLAN))
+    reference = full_block(device)
+    model: nn.Module = FusedBlock(reference) if fused else full_block(device)
+    parallelize_module(model, init_device_mesh(device.type, (n,)), styles(FUSED_BLOCK_PLAN if fused else BLOCK_PLAN))
     torch.manual_seed(1)
     data = torch.randn(BATCH, SEQUENCE, HIDDEN, device=device)
     x, x_full = data.clone().requires_grad_(), data.clone().requires_grad_()
@@ -333,21 +372,29 @@ def transformer_block(device: torch.device) -> list[str]:
     same = torch.allclose(outputs[0], expected, atol=1e-6, rtol=0)
     outputs[0].square().mean().backward()  # the mean, not the sum: gradients near 0.05, their float32 rounding
     expected.square().mean().backward()  # near 1e-8 (the sum's, 1,024 times larger, passes 1e-6)
-    pairs = [(grad(ours), grad(theirs))
-             for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True)]
-    for ours, theirs in pairs:  # a split parameter's gradient is split like it: gathered whole to compare
-        same &= torch.allclose(ours.full_tensor() if isinstance(ours, DTensor) else ours, theirs, atol=1e-6, rtol=0)
+    theirs = {name: grad(p) for name, p in reference.named_parameters()}
+    if fused:
+        for part in ("weight", "bias"):
+            theirs[f"qkv.{part}"] = fuse(*(theirs.pop(f"{layer}.{part}") for layer in "qkv"))
+    ours = {name: grad(p) for name, p in model.named_parameters()}
+    assert ours.keys() == theirs.keys(), (ours.keys(), theirs.keys())
+    for name, gradient in ours.items():  # a split parameter's gradient is split like it: gathered whole to compare
+        whole_gradient = gradient.full_tensor() if isinstance(gradient, DTensor) else gradient
+        same &= torch.allclose(whole_gradient, theirs[name], atol=1e-6, rtol=0)
     same &= torch.allclose(grad(x), grad(x_full), atol=1e-6, rtol=0)
-    q = model.q.weight
-    assert isinstance(q, DTensor)  # parallelize_module made it one
-    return [f"transformer block: rank 0 computes {HEADS // n} of {HEADS} heads, q's weight {tuple(q.to_local().shape)} "
-            f"of {tuple(q.shape)}",
-            f"same output, input's gradient and {len(pairs)} parameters' gradients as one process (within 1e-6): "
-            f"{all(from_every_rank(bool(same)))}",
-            f"block's saved activations per rank {from_every_rank(saved)} B; on one process {whole:,} B"]
+    layer = "qkv" if fused else "q"
+    weight = getattr(model, layer).weight
+    assert isinstance(weight, DTensor)  # parallelize_module made it one
+    lines = [f"transformer block: rank 0 computes {HEADS // n} of {HEADS} heads, {layer}'s weight "
+             f"{tuple(weight.to_local().shape)} of {tuple(weight.shape)}",
+             f"same output, input's gradient and {len(ours)} parameters' gradients as one process (within 1e-6): "
+             f"{all(from_every_rank(bool(same)))}"]
+    if not fused:  # q, k and v are views of one tensor when fused: counted once, by its first view's size
+        lines.append(f"block's saved activations per rank {from_every_rank(saved)} B; on one process {whole:,} B")
+    return lines
 
 
-def collectives_per_step(device: torch.device) -> list[str]:
+def collectives_per_step(device: torch.device, fused: bool = False) -> list[str]:
     """The collectives of a forward pass and of a backward pass, counted by CommDebugMode (it counts the backward
     pass's too, run inside it), for the MLP and the block, with an input that needs a gradient and one that
     does not.
@@ -360,15 +407,18 @@ def collectives_per_step(device: torch.device) -> list[str]:
     backward): 1 in the MLP, 4 in the block, since q, k and v are three layers, each with its own f (Megatron
     fuses them into one layer, one all-reduce), and the MLP's first layer. When the input needs no gradient
     the MLP's backward all-reduce disappears: nothing before the MLP wants it. The block's four stay: the
-    LayerNorms before q, k, v and the MLP have weights, which need the gradient of their output."""
+    LayerNorms before q, k, v and the MLP have weights, which need the gradient of their output. ``fused``: the
+    block is a FusedBlock, whose one qkv layer has one f: two all-reduces backward."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mlp, block = full_mlp(device), full_block(device)
+    if fused:
+        block = FusedBlock(block)
     parallelize_module(mlp, mesh, styles(MLP_PLAN))
-    parallelize_module(block, mesh, styles(BLOCK_PLAN))
+    parallelize_module(block, mesh, styles(FUSED_BLOCK_PLAN if fused else BLOCK_PLAN))
     torch.manual_seed(1)
     lines = ["collectives per step (CommDebugMode): forward / backward / backward, the input needing no gradient"]
     for name, model, shape in (("MLP", mlp, (BATCH, HIDDEN)), ("block", block, (BATCH, SEQUENCE, HIDDEN))):
@@ -445,6 +495,10 @@ def two_dimensional(device: torch.device) -> list[str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fused-qkv", action="store_true",
+                        help="run only the transformer block, with q, k and v fused into one layer")
+    fused = parser.parse_args().fused_qkv
     world_size = int(os.environ.get("WORLD_SIZE", "0"))
     try:
         check_degree(world_size)  # a degree that divides the heads also divides SEQUENCE, for sequence parallelism
@@ -454,13 +508,17 @@ def main() -> None:
     warnings.filterwarnings("ignore", module="torch.distributed")  # DTensor's notices, printed by every rank
     _, device, backend = join()
     say(f"{world_size} processes, backend {backend}, devices {from_every_rank(str(device))}")
-    say(*by_hand(device))
-    say(*with_dtensor(device))
-    say(*with_sequence_parallel(device))
-    say(*transformer_block(device))
-    say(*collectives_per_step(device))
+    if fused:
+        say("-- transformer block, q, k and v fused --", *transformer_block(device, fused=True),
+            *collectives_per_step(device, fused=True))
+        leave()
+        return
+    say("-- by hand --", *by_hand(device))
+    say("-- DTensor --", *with_dtensor(device))
+    say("-- transformer block --", *transformer_block(device), *collectives_per_step(device))
+    say("-- sequence parallel --", *with_sequence_parallel(device))
     if world_size == 4:
-        say(*two_dimensional(device))
+        say("-- FSDP2 x TP --", *two_dimensional(device))
     leave()
 
 
