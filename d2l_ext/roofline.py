@@ -29,49 +29,17 @@ import torch
 DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
 
 
-@dataclass(frozen=True)
-class GPUSpec:
-    """A GPU's spec sheet: dense peak FLOP/s for each dtype it accelerates, memory bandwidth in bytes/s."""
-
-    name: str
-    peak: dict[str, float]
-    bandwidth: float
-    memory_gib: int
-    source: str
-
-
-# Dense figures (a sheet's "with sparsity" figure is twice these). tf32 is float32 work on Tensor Cores
-# (torch.backends.cuda.matmul.allow_tf32); the T4 (Turing) has neither tf32 nor bfloat16 Tensor Cores.
-GPUS = {
-    "T4": GPUSpec("T4", {"float32": 8.1e12, "float16": 65e12}, 320e9, 16,
-                  "NVIDIA T4 Tensor Core GPU datasheet (2018): FP32 8.1 TFLOPS, mixed-precision FP16/FP32 65 TFLOPS, "
-                  "GDDR6 320 GB/s"),
-    "A100": GPUSpec("A100", {"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12},
-                    2039e9, 80,
-                    "NVIDIA A100 Tensor Core GPU datasheet, SXM 80 GB: FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS "
-                    "(dense), HBM2e 2,039 GB/s"),
-    "H100": GPUSpec("H100", {"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12},
-                    3.35e12, 80,
-                    "NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 989 and BF16/FP16 1,979 TFLOPS with "
-                    "sparsity (494.7 and 989.4 dense), HBM3 3.35 TB/s"),
-    "MI300X": GPUSpec("MI300X", {"float32": 163.4e12, "tf32": 653.7e12, "float16": 1307.4e12,
-                                 "bfloat16": 1307.4e12}, 5.3e12, 192,
-                      "AMD Instinct MI300X data sheet: FP32 matrix 163.4, TF32 653.7, FP16/BF16 1,307.4 TFLOPS "
-                      "(dense), HBM3 5.3 TB/s"),
-}
+# The spec table lives in d2l_ext.hardware, the one source of every hardware figure the course quotes: GPUS are
+# the four rows chapter 10 prints, gpu_spec reads any row of hardware.SPECS.
+from .hardware import GPUS as GPUS  # noqa: E402
+from .hardware import GPUSpec as GPUSpec  # noqa: E402
+from .hardware import gpu_spec as gpu_spec  # noqa: E402
 
 
 def _positive(**values: float) -> None:
     for name, value in values.items():
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
-
-
-def gpu_spec(gpu: str) -> GPUSpec:
-    """The spec of ``gpu`` (a name in ``GPUS``)."""
-    if gpu not in GPUS:
-        raise ValueError(f"unknown GPU {gpu!r}: the table knows {', '.join(GPUS)}")
-    return GPUS[gpu]
 
 
 def peak_flops(gpu: str, dtype: str) -> float:
