@@ -4,6 +4,8 @@ Each term file holds, per language, the chosen term of each entry and the varian
 expressions). A variant found in the prose of a markdown cell of that edition fails the test, which names the
 notebook, the cell and the words. Prose is the markdown without fenced code, code spans, math, link targets, URLs
 and HTML tags (a code span becomes `c` and math $m$, so that the Chinese spacing rule still sees where they are).
+An entry with ``"comments": true`` also reads the code cells' comments (their text after ``#``): the style rules
+(Chinese spacing, Vietnamese thousands separators) hold there too.
 
 The loader refuses a term file that cannot work: an entry without a term or variants, a variant that is not a
 regular expression, and a variant that equals its chosen term or matches it (it would flag the right word).
@@ -85,10 +87,13 @@ def term_problems(language: str, data: dict, root: Path) -> list[str]:
         notebook = path.relative_to(root).as_posix()
         if notebook in data.get("not_yet", {}) or ".ipynb_checkpoints" in notebook:
             continue
-        cells = [(c.id, prose(c.source)) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+        notebook_cells = nbformat.read(path, as_version=4).cells
+        cells = [(c.id, prose(c.source)) for c in notebook_cells if c.cell_type == "markdown"]
+        code = [(c.id, "\n".join(line.lstrip("#").strip() for line in editions.comments(c.source)))
+                for c in notebook_cells if c.cell_type == "code"]
         for entry in data["terms"]:
             if applies(entry, notebook):
-                for cell_id, words in found_variants(entry, cells):
+                for cell_id, words in found_variants(entry, cells + code if entry.get("comments") else cells):
                     lines.append(f"editions/{language}/{notebook} cell {cell_id}: {words!r}: write "
                                  f"{entry['term']!r} ({entry['english']})")
     return lines
@@ -107,9 +112,11 @@ def test_the_review_choices_are_seeded():
               for language in editions.LANGUAGES}
     assert {"chia mảnh; mảnh (shard)", "bộ nhớ phân trang", "dự trữ", "luồng CUDA mặc định", "đồ thị CUDA",
             "khởi động lại kernel của Jupyter", "kích thước", "lõi Tensor", "checkpoint kích hoạt", "ta kỳ vọng",
-            "ta", "65536"} <= chosen["vi"]
+            "ta", "65536", "truyền thông", "cơ chế chú ý", "tác nhân", "phép toán tập thể không khớp",
+            "Số liệu đã ghi nhận", "bộ đa xử lý", "giá trị kích hoạt"} <= chosen["vi"]
     assert {"工作单元", "在GPU上运行时的输出", "轮", "保留", "准确率", "Jupyter笔记本", "环形全归约", "锁页内存",
-            "预计", "第3.5节", "在GPU上"} <= chosen["zh-CN"]
+            "预计", "第3.5节", "在GPU上", "张量核", "核函数", "多层感知机", "全归约", "隐藏单元数", "激活值",
+            "**延伸阅读**：", "已发表的数据", "| 节 | 仅CPU | 单个GPU | 多个GPU |"} <= chosen["zh-CN"]
 
 
 def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
@@ -127,6 +134,30 @@ def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
     ("zh-CN", "03_copying.ipynb", "我们在 GPU 上复制。", "在 GPU"),
     ("zh-CN", "solutions/06_multi_gpu.ipynb", "## 练习2：CPU上的四个工作进程", "工作进程"),
     ("zh-CN", "01_devices.ipynb", "本笔记本使用的设备。", "本笔记本"),
+    # the review of 2026-11-29: one word per concept, book-wide
+    ("vi", "06_multi_gpu.ipynb", "Các tiến trình giao tiếp qua socket.", "giao tiếp"),
+    ("vi", "10_how_fast.ipynb", "## 10.5 Chi phí truyền dữ liệu", "truyền dữ liệu"),
+    ("vi", "10_how_fast.ipynb", "Ở đây attention được viết ra từng bước.", "attention"),
+    ("vi", "11_survive.ipynb", "Hai tác tử `torchrun` đóng vai hai máy.", "tác tử"),
+    ("vi", "11_survive.ipynb", "dưới một dạng khác, một collective không khớp.", "collective không khớp"),
+    ("vi", "09_model_parallel.ipynb", "song song dữ liệu trải qua các máy.", "trải qua các máy"),
+    ("vi", "09_model_parallel.ipynb", "**Số liệu đã công bố** (không đo ở đây):", "Số liệu đã công bố"),
+    ("vi", "10_how_fast.ipynb", "các **bộ đa xử lý luồng** (SM)", "bộ đa xử lý luồng"),
+    ("vi", "10_how_fast.ipynb", "gradient ghi một lần, kích hoạt ghi và đọc một lần", "kích hoạt"),
+    ("vi", "03_copying.ipynb", "| Phần | Chỉ có CPU | Một GPU |\n|---|---|---|", "Phần"),
+    ("vi", "10_how_fast.ipynb", "| 10.5 | 2 tiến trình CPU | như vậy |", "như vậy"),
+    ("zh-CN", "10_how_fast.ipynb", "它的**张量核心**（Tensor Core）", "张量核心"),
+    ("zh-CN", "10_how_fast.ipynb", "这一步约20个内核中的每一个", "内核"),
+    ("zh-CN", "10_how_fast.ipynb", "第5章的MLP每步约做57 MFLOP。", "MLP"),
+    ("zh-CN", "10_how_fast.ipynb", "反向传播才能掩盖梯度的all-reduce？", "all-reduce"),
+    ("zh-CN", "06_multi_gpu.ipynb", "对隐藏层大小64、256和1024", "隐藏层大小"),
+    ("zh-CN", "10_how_fast.ipynb", "对隐藏宽度为28,672的多层感知机", "隐藏宽度"),
+    ("zh-CN", "10_how_fast.ipynb", "梯度写一次，激活写一次、读一次", "激活写"),
+    ("zh-CN", "10_how_fast.ipynb", "**延伸阅读：** PyTorch的文档", "延伸阅读："),
+    ("zh-CN", "11_survive.ipynb", "**硬件：** 全部只用CPU", "硬件："),
+    ("zh-CN", "10_how_fast.ipynb", "**已记录的数字**（非本机测量）：", "已记录的数字"),
+    ("zh-CN", "01_devices.ipynb", "| 小节 | 仅有CPU | 一块GPU |\n|---|---|---|", "小节"),
+    ("zh-CN", "05_networks_on_gpu.ipynb", "| 节 | 仅CPU | 一个GPU |\n|---|---|---|", "一个GPU"),
 ])
 def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, words):
     data = load_terms(TERMS / f"{language}.json")
@@ -141,10 +172,32 @@ def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, wo
     ("vi", "04_async_and_gil.ipynb", "Ta kỳ vọng đồ thị CUDA (CUDA graph) nhanh hơn. Lõi Tensor thì khác."),
     ("zh-CN", "03_copying.ipynb", "## 3.1 复制张量\n\n在GPU上，`x`的大小是4字节（第3.5节），元素个数 x 字节数。"),
     ("zh-CN", "05b_training_fast.ipynb", "DataLoader的工作进程；本Jupyter笔记本，之后是笔记本和笔记本电脑。"),
+    ("vi", "03_copying.ipynb", "Một lần sao chép chặn phải chờ việc truyền dữ liệu của nó; truyền thông giữa hai GPU."),
+    ("vi", "09_model_parallel.ipynb", "Tầng chú ý (attention) dùng cơ chế chú ý; tác nhân (agent) của `torchrun`."),
+    ("vi", "08_memory.ipynb", "Giá trị kích hoạt, checkpoint kích hoạt và hàm kích hoạt; **Số liệu đã ghi nhận**."),
+    ("vi", "10_how_fast.ipynb", "| Mục | Chỉ có CPU | Một GPU |\n|---|---|---|\n| 10.5 | chạy | cũng vậy |"),
+    ("zh-CN", "10_how_fast.ipynb", "张量核（Tensor Core）运行核函数；Jupyter内核；重启内核；由内核结束进程。"),
+    ("zh-CN", "10_how_fast.ipynb", "多层感知机（MLP）和`MLPClassifier`；全归约（all-reduce）；隐藏单元数。"),
+    ("zh-CN", "08_memory.ipynb", "激活值、激活函数和激活检查点。\n\n**延伸阅读**：PyTorch的文档；**硬件**：仅CPU。"),
+    ("zh-CN", "09_model_parallel.ipynb", "| 节 | 仅CPU | 多个GPU |\n|---|---|---|\n| 9.7 | 已发表的数据 | 同上 |"),
 ])
 def test_the_chosen_terms_pass(tmp_path, language, name, text):
     data = load_terms(TERMS / f"{language}.json")
     assert term_problems(language, data, notebook_with(tmp_path, language, name, text)) == []
+
+
+@pytest.mark.parametrize(("language", "comment", "words"), [
+    ("zh-CN", "# 每 k 步保存一次", "每 k"),
+    ("vi", "# 65,536 mẫu", "65,536"),
+])
+def test_a_style_rule_reads_code_comments_too(tmp_path, language, comment, words):
+    cell = nbformat.v4.new_code_cell(f"x = 1  {comment}\ny = 'k 步 65,536'", id="planted-code")
+    path = tmp_path / language / "11_survive.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    found = term_problems(language, load_terms(TERMS / f"{language}.json"), tmp_path / language)
+    assert found and all(line.startswith(f"editions/{language}/11_survive.ipynb cell planted-code: ") for line in found)
+    assert all(words in line for line in found), found  # the same words in the code itself are not read
 
 
 @pytest.mark.parametrize(("entry", "message"), [
