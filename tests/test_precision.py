@@ -65,20 +65,45 @@ def test_tf32_is_missing_before_ampere(monkeypatch, capability, expected):
     assert reason == expected if expected is None else (reason or "").startswith(expected)
 
 
-@pytest.mark.parametrize(("arch", "variable", "expected"), [
-    ("gfx942:sramecc+:xnack-", None, "on ROCm, TF32 needs HIPBLASLT_ALLOW_TF32=1"),
-    ("gfx942:sramecc+:xnack-", "1", None),
-    ("gfx90a:sramecc+:xnack-", "1", "this AMD GPU (gfx90a) has no TF32"),
-])
-def test_tf32_on_rocm_needs_mi300_and_hipblaslts_variable(monkeypatch, arch, variable, expected):
+# GPU review m4: torch's own is_tf32_supported() where it exists (torch 2.14: gfx94 and gfx95), the same list on
+# an older torch without it; HIPBLASLT_ALLOW_TF32 is still asked for, as an expectation not verified on 2.14
+def on_rocm(monkeypatch, arch: str, variable: str | None, torch_answer: bool | None, current: int = 0) -> None:
+    """Make torch report a ROCm GPU of ``arch``; ``torch_answer`` None: a torch without is_tf32_supported."""
     monkeypatch.setattr(torch.version, "hip", "6.4.0")
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(gcnArchName=arch))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: SimpleNamespace(gcnArchName=arch))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    if torch_answer is None:
+        monkeypatch.delattr(torch.cuda, "is_tf32_supported", raising=False)
+    else:
+        monkeypatch.setattr(torch.cuda, "is_tf32_supported", lambda: torch_answer)
     if variable is None:
         monkeypatch.delenv("HIPBLASLT_ALLOW_TF32", raising=False)
     else:
         monkeypatch.setenv("HIPBLASLT_ALLOW_TF32", variable)
+
+
+@pytest.mark.parametrize(("arch", "variable", "torch_answer", "expected"), [
+    ("gfx942:sramecc+:xnack-", None, True, "on ROCm, TF32 needs HIPBLASLT_ALLOW_TF32=1"),
+    ("gfx942:sramecc+:xnack-", "1", True, None),
+    ("gfx950:sramecc+:xnack-", "1", True, None),  # MI350: the review found it called "no TF32"
+    ("gfx90a:sramecc+:xnack-", "1", False, "this AMD GPU (gfx90a) has no TF32"),
+    ("gfx942:sramecc+:xnack-", "1", False, "this AMD GPU (gfx942) has no TF32"),  # torch's answer wins
+    ("gfx942:sramecc+:xnack-", "1", None, None),  # an older torch: the same list, by architecture
+    ("gfx950:sramecc+:xnack-", "1", None, None),
+    ("gfx90a:sramecc+:xnack-", "1", None, "this AMD GPU (gfx90a) has no TF32"),
+    ("gfx942:sramecc+:xnack-", None, None, "on ROCm, TF32 needs HIPBLASLT_ALLOW_TF32=1"),
+])
+def test_tf32_on_rocm_asks_torch_then_hipblaslts_variable(monkeypatch, arch, variable, torch_answer, expected):
+    on_rocm(monkeypatch, arch, variable, torch_answer)
     reason = tf32_missing()
     assert reason == expected if expected is None else (reason or "").startswith(expected)
+
+
+def test_tf32_on_another_rocm_gpu_than_the_current_one_goes_by_its_architecture(monkeypatch):
+    # is_tf32_supported() answers for the current device: GPU 1 of an MI300X box is judged by its own arch
+    on_rocm(monkeypatch, "gfx942:sramecc+:xnack-", "1", torch_answer=False, current=0)
+    assert tf32_missing(1) is None
+    assert (tf32_missing(0) or "").startswith("this AMD GPU (gfx942) has no TF32")
 
 
 def test_only_float16_needs_a_scaler():
