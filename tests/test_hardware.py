@@ -40,7 +40,11 @@ def test_a_device_name_gets_its_own_models_row_or_none(device_name, row):
 
 
 def test_the_variants_differ_where_their_sheets_do():
-    lookup = hardware.lookup
+    def lookup(device_name: str) -> hardware.GPUSpec:
+        spec = hardware.lookup(device_name)
+        assert spec is not None, device_name
+        return spec
+
     assert lookup("NVIDIA A100-SXM4-40GB").bandwidth == 1555e9  # not the 80 GB's 2,039
     assert lookup("NVIDIA A100 80GB PCIe").bandwidth == 1935e9
     assert lookup("NVIDIA H100 PCIe").peak["bfloat16"] == 756.5e12  # 1,513 with sparsity, not the SXM5's 989.4
