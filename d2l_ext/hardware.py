@@ -8,10 +8,12 @@ FLOP/s. Nothing here was measured by the course.
   the GPU-to-GPU link; ``GPUS``: the four that chapter 10 compares (``roofline`` reads them), ``gpu_spec`` reads
   any row;
 - ``RECORDED``: measured figures (busbw, the largest matrix product reached, a cluster's throughput);
+  ``recorded`` finds one;
 - ``figures``: every figure of one model, spec and recorded, as ``Figure`` records (value, unit, what it
   measures, source), the form the tests compare the notebooks' text with;
 - ``lookup``: the row of the GPU that ``torch.cuda.get_device_name()`` names, matched by model (an H100 PCIe
-  is not an H100 SXM), or None; ``no_row_message``: the one line a cell prints for a GPU without a row.
+  is not an H100 SXM), or None; ``no_row_message``: the one line a cell prints for a GPU without a row;
+  ``against_sheet``: the line comparing a measured FLOP/s with the sheet's peak, or that line.
 
 A model whose figures could not be checked against a source has no row: the H100 NVL, H200 NVL, GH200, B200
 (its sources disagree: 180 or 192 GB, 7.7 or 8 TB/s) and the MI300A. ``gpu_spec`` raises ``ValueError`` for a
@@ -198,3 +200,24 @@ def lookup(device_name: str) -> GPUSpec | None:
 def no_row_message(device_name: str) -> str:
     """The one line a cell prints for a GPU without a row: it names the GPU and says no recorded figure exists."""
     return f"{device_name}: no recorded figure for this GPU (d2l_ext.hardware has no row for this model)"
+
+
+def recorded(model: str, what: str) -> Figure:
+    """The recorded (measured) figure of ``model`` whose description contains ``what`` ("MAMF", "rings")."""
+    found = [figure for figure in RECORDED.get(model, ()) if what in figure.measures]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} recorded figures of {model!r} say {what!r}: "
+                         f"{[figure.measures for figure in RECORDED.get(model, ())]}")
+    return found[0]
+
+
+def against_sheet(device_name: str, dtype: str, flops: float) -> str:
+    """One line comparing ``flops`` FLOP/s measured in ``dtype`` on ``device_name`` with its sheet's dense peak,
+    or ``no_row_message`` when the table has no row for the model (or no peak for the dtype)."""
+    spec = lookup(device_name)
+    if spec is None:
+        return no_row_message(device_name)
+    if dtype not in spec.peak:
+        return f"{device_name}: no recorded {dtype} peak for the {spec.model} (its sheet gives {', '.join(spec.peak)})"
+    peak = spec.peak[dtype]
+    return f"{device_name}: {flops / peak:.0%} of its spec sheet's {peak / 1e12:.0f} TFLOP/s ({spec.model}, dense)"

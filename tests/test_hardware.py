@@ -108,3 +108,19 @@ def test_the_recorded_measurements_are_the_sources_figures():
 def test_unknown_names_are_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_measured_peak_is_compared_with_its_own_models_sheet_or_not_at_all():
+    assert hardware.against_sheet("NVIDIA H100 PCIe", "bfloat16", 605.2e12) == (
+        "NVIDIA H100 PCIe: 80% of its spec sheet's 756 TFLOP/s (H100 PCIe 80 GB, dense)")  # not the SXM5's 989
+    assert hardware.against_sheet("NVIDIA H100 80GB HBM3", "bfloat16", 791.5e12).startswith(
+        "NVIDIA H100 80GB HBM3: 80% of its spec sheet's 989 TFLOP/s")
+    assert hardware.against_sheet("NVIDIA H100 NVL", "bfloat16", 1e15) == hardware.no_row_message("NVIDIA H100 NVL")
+    assert hardware.against_sheet("Tesla T4", "bfloat16", 1e12).startswith("Tesla T4: no recorded bfloat16 peak")
+
+
+def test_a_recorded_figure_is_found_by_what_it_measures():
+    assert hardware.recorded("H100", "MAMF").value == 794.5
+    assert hardware.recorded("H100", "rings").value == 370
+    with pytest.raises(ValueError, match="2 recorded figures of 'H100' say 'busbw'"):
+        hardware.recorded("H100", "busbw")
