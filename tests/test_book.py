@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 
@@ -19,6 +21,44 @@ def test_the_front_page_is_the_readmes_chapter_table_pointing_at_pages():
     assert "notebooks/" not in table
     with pytest.raises(ValueError, match="no '## Chapters'"):
         book.chapter_table("# a README without chapters")
+
+
+# a letter that only Vietnamese writes (đ, ư, ơ, ă, or a vowel with a tone mark), and a Chinese character
+OWN_SCRIPT = {"vi": r"[đươăạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ]", "zh-CN": r"[\u4e00-\u9fff]"}
+
+
+@pytest.mark.parametrize("edition", list(editions.LANGUAGES))
+def test_each_edition_opens_on_a_chapter_table_in_its_own_language(edition):
+    readme = (book.ROOT / "README.md").read_text()
+    chapters, solutions = book.pages(book.ROOT / "notebooks")
+    page = book.front_page(edition, chapters, solutions, readme)
+    english = book.chapter_table(readme).splitlines()
+    table = [line for line in page.splitlines() if line.startswith("|")]
+    assert len(table) == len(english) == 2 + len(chapters)
+    assert table[0] != english[0], f"the {edition} front page's chapter table has the English header"
+    for row, source in zip(table[2:], english[2:], strict=True):
+        cells, english_cells = (r.strip("|").split(" | ") for r in (row, source))
+        assert cells[0] == english_cells[0]  # the same notebook, linked to its page
+        for cell, english_cell in zip(cells[1:], english_cells[1:], strict=True):
+            assert cell != english_cell and re.search(OWN_SCRIPT[edition], cell), (edition, cell)
+    assert book.table_problems(edition, readme) == []
+
+
+def test_a_stale_or_english_chapter_table_is_named(tmp_path, monkeypatch):
+    readme = (book.ROOT / "README.md").read_text()
+    english = book.readme_table(readme)
+    monkeypatch.setattr(book, "TABLES", tmp_path)
+    stamp = f"<!-- translated from README.md's chapter table, source_sha: {editions.source_sha(english)} -->"
+    (tmp_path / "vi.md").write_text(f"{stamp}\n{english}\n", encoding="utf-8")
+    found = book.table_problems("vi", readme)
+    assert found and all(" in English " in line for line in found)
+    assert found[0] == "tools/book/front/vi.md row Notebook: in English (a cell is the README's text)"
+    assert len(found) == 1 + len(book.pages(book.ROOT / "notebooks")[0])  # the header and every chapter's row
+    changed = readme.replace("| runs; GPU cells skip |", "| runs; the GPU cells skip |")
+    assert "tools/book/front/vi.md: stale (the README's chapter table changed since it was translated)" in \
+        book.table_problems("vi", changed)
+    assert book.table_problems("zh-CN", readme) == ["tools/book/front/zh-CN.md: missing (a translation of the "
+                                                     "README's chapter table)"]
 
 
 def test_too_old_a_python_stops_with_one_line_saying_what_to_run():

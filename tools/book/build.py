@@ -5,7 +5,9 @@ nothing is downloaded (`nb_execution_mode = "off"`). One site per edition, Engli
 Chinese (from ``editions/``, tools/book/editions.py), under ``build/book/html/{en,vi,zh-CN}/`` with a language switch on
 every page, and ``build/book/html/index.html`` leading to them. Each edition gets:
 
-- a front page: the README's chapter table, with its links pointing at the pages;
+- a front page: the README's chapter table, with its links pointing at the pages; in the Vietnamese and Chinese
+  editions, its translation (``tools/book/front/{edition}.md``, whose first line records the hash of the English
+  table it was made from, so that a changed README makes it stale: ``table_problems``);
 - the chapters in order, then the solutions and the glossary (the edition's own translation), every label of the
   sidebar in the edition's language;
 - Sphinx's search (a JavaScript index shipped with the pages: it works offline);
@@ -34,7 +36,7 @@ from pathlib import Path
 import nbformat
 
 from tools import REPO as ROOT
-from tools.book.editions import glossary_links
+from tools.book.editions import glossary_links, source_sha
 from tools.outputs.colab_cells import BADGE_ID, BRANCH, REPOSITORY, SETUP_ID
 
 MINIMUM_PYTHON = (3, 11)  # Sphinx 9, myst-parser 5.2, sphinx-book-theme 1.4 and pydata-sphinx-theme 0.20 need it
@@ -57,6 +59,8 @@ CHAPTERS_HEADING = {"en": "Chapters", "vi": "Các chương", "zh-CN": "章节"}
 MORE_HEADING = {"en": "Solutions and glossary", "vi": "Lời giải và bảng thuật ngữ", "zh-CN": "参考答案与术语表"}
 LANGUAGES_LABEL = {"en": "Languages", "vi": "Ngôn ngữ", "zh-CN": "语言"}
 SEARCH_TEXT = {"en": "Search...", "vi": "Tìm kiếm...", "zh-CN": "搜索……"}  # the theme translates its other labels
+TABLES = Path(__file__).resolve().parent / "front"  # the editions' translations of the README's chapter table
+TABLE_STAMP = re.compile(r"<!-- translated from README\.md's chapter table, source_sha: ([0-9a-f]{16}) -->")
 
 
 def check_python(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> None:
@@ -66,8 +70,8 @@ def check_python(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> None
                          f"{version[0]}.{version[1]}): run  make book BOOK_PYTHON=python3.11")
 
 
-def chapter_table(readme: str) -> str:
-    """Return the README's chapter table with its links made relative to the book's pages."""
+def readme_table(readme: str) -> str:
+    """Return the README's chapter table as it is written there."""
     if "## Chapters" not in readme:
         raise ValueError("the README has no '## Chapters' section")
     rows: list[str] = []
@@ -78,7 +82,52 @@ def chapter_table(readme: str) -> str:
             break
     if not rows:
         raise ValueError("the README has no chapter table under '## Chapters'")
-    return re.sub(r"\]\(notebooks/([^)]+)\.ipynb\)", r"](\1.ipynb)", "\n".join(rows))
+    return "\n".join(rows)
+
+
+def translated_table(edition: str) -> str:
+    """Return an edition's translation of the README's chapter table (its stamp line left out)."""
+    path = TABLES / f"{edition}.md"
+    if not path.is_file():
+        raise SystemExit(f"{path.relative_to(ROOT)} is missing: the {EDITIONS[edition][0]} front page's chapter table")
+    return "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("|"))
+
+
+def chapter_table(readme: str, edition: str = "en") -> str:
+    """Return the chapter table of an edition's front page (the README's, or its translation), with its links
+    made relative to the book's pages."""
+    table = readme_table(readme) if edition == "en" else translated_table(edition)
+    return re.sub(r"\]\(notebooks/([^)]+)\.ipynb\)", r"](\1.ipynb)", table)
+
+
+def _cells(table: str) -> list[list[str]]:
+    return [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in table.splitlines()
+            if not row.startswith("|---")]
+
+
+def table_problems(edition: str, readme: str) -> list[str]:
+    """Return what is wrong with an edition's translated chapter table: stale, or not the README's rows (the same
+    notebooks, in order), or text left in English."""
+    name = f"tools/book/front/{edition}.md"
+    path = TABLES / f"{edition}.md"
+    if not path.is_file():
+        return [f"{name}: missing (a translation of the README's chapter table)"]
+    english = readme_table(readme)
+    stamp = TABLE_STAMP.search(path.read_text(encoding="utf-8").split("\n", 1)[0])
+    found = []
+    if not stamp:
+        found.append(f"{name}: its first line does not record the English table's hash ({TABLE_STAMP.pattern})")
+    elif stamp.group(1) != source_sha(english):
+        found.append(f"{name}: stale (the README's chapter table changed since it was translated)")
+    ours, theirs = _cells(translated_table(edition)), _cells(english)
+    if len(ours) != len(theirs):
+        found.append(f"{name}: {len(ours)} rows, the README's table has {len(theirs)}")
+    for row, source in zip(ours, theirs, strict=False):
+        if len(row) != len(source) or row[0] != source[0] and source[0].startswith("["):
+            found.append(f"{name} row {source[0]}: not the README's row (its notebook or columns differ)")
+        elif any(cell == english_cell for cell, english_cell in zip(row[1:], source[1:], strict=True)):
+            found.append(f"{name} row {source[0]}: in English (a cell is the README's text)")
+    return found
 
 
 def pages(source: Path) -> tuple[list[str], list[str]]:
@@ -92,7 +141,7 @@ def front_page(edition: str, chapters: list[str], solutions: list[str], readme: 
     toctree = "\n".join(["```{toctree}", ":maxdepth: 1", f":caption: {CHAPTERS_HEADING[edition]}", "", *chapters,
                          "```", "", "```{toctree}", ":maxdepth: 1", f":caption: {MORE_HEADING[edition]}", "",
                          *solutions, "glossary", "```"])
-    return f"# {TITLES[edition]}\n\n{FRONT[edition]}\n\n{chapter_table(readme)}\n\n{toctree}\n"
+    return f"# {TITLES[edition]}\n\n{FRONT[edition]}\n\n{chapter_table(readme, edition)}\n\n{toctree}\n"
 
 
 def conf_py(edition: str) -> str:
