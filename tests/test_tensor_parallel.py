@@ -3,20 +3,22 @@ transformer block split by heads, the collectives of a step, and FSDP2 x TP on 4
 beside d2l_ext.estimate_parallel_memory's.
 
 notebooks/09_model_parallel.ipynb runs it once (cell tp-run, on 4 processes where the memory allows, else 2) and
-nbval compares every line it prints. So on a machine without a GPU these checks read that cell's stored output
-(kernel-free), as tests/test_sharding.py does for chapter 8; with GPUs, where the cell is not compared, the script
-is launched here. Only the refusal of 3 processes (which do not divide the heads) is launched in any case."""
+shows each part of what it printed in its own section (d2l_ext.parallel.section), where nbval compares it. So on a
+machine without a GPU these checks read those cells' stored outputs (kernel-free), as tests/test_sharding.py does
+for chapter 8; with GPUs, where the cells are not compared, the script is launched here. Only the refusal of 3
+processes (which do not divide the heads) is launched in any case."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
 from d2l_ext import estimate_parallel_memory, launch, num_gpus
-from tests.test_sharding import load_script, printed_by
+from tests.test_sharding import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "notebooks" / "scripts" / "tensor_parallel.py"
 CHAPTER = SCRIPT.parent.parent / "09_model_parallel.ipynb"
@@ -67,7 +69,15 @@ def output() -> str:
     """What the script printed in chapter 9: on 4 processes where the machine allows it (model_parallel_processes),
     else on 2; stored in the notebook and compared by nbval where there is no GPU, launched here where there is."""
     nproc, _ = launch.model_parallel_processes(num_gpus(), launch.available_memory())
-    return printed_by("tensor_parallel.py", CHAPTER, nproc)
+    if num_gpus() > 0:
+        return launch.torchrun(SCRIPT, nproc=nproc, timeout=300, echo=False)
+    cells = [c for c in nbformat.read(CHAPTER, as_version=4).cells if c.cell_type == "code"
+             and ('torchrun("scripts/tensor_parallel.py"' in c.source or "section(output," in c.source)]
+    assert len(cells) >= 5, "the launch and a cell for each part: by hand, DTensor, block, sequence parallel, 2-D"
+    assert sum('torchrun("scripts/tensor_parallel.py"' in c.source for c in cells) == 1, "one launch"
+    for cell in cells:
+        assert "nbval-ignore-output" not in cell.metadata.get("tags", []), "its output must be compared"
+    return "\n".join("".join(o.get("text", "") for o in c.outputs if o.get("name") == "stdout") for c in cells)
 
 
 def processes(output: str) -> int:
