@@ -41,8 +41,9 @@ class Figure:
 class GPUSpec:
     """A GPU's spec sheet: dense peak FLOP/s for each dtype it accelerates, memory bandwidth in bytes/s, memory
     in GB, the sheet quoted (``source``); the model's full name, the names ``torch.cuda.get_device_name()``
-    gives it (``device_names``), its GPU-to-GPU link in bytes/s per direction (0 when none is recorded), and the
-    factor of the sheet's "with sparsity" Tensor Core figures (1 when the sheet has none)."""
+    gives it (``device_names``), its GPU-to-GPU link in bytes/s per direction (0 when none is recorded), the
+    PCIe generation of its x16 link to the host (0: not recorded), and the factor of the sheet's "with sparsity"
+    Tensor Core figures (1 when the sheet has none)."""
 
     name: str
     peak: dict[str, float]
@@ -53,15 +54,16 @@ class GPUSpec:
     device_names: tuple[str, ...] = ()
     link: float = 0.0
     link_name: str = ""
+    pcie: int = 0
     sparsity: int = 1
 
 
 _A100_SHEET = ("NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS (dense; twice with "
                "sparsity), the same for SXM and PCIe; HBM 1,555 GB/s (40 GB), 1,935 GB/s (80 GB PCIe), 2,039 GB/s "
-               "(80 GB SXM); NVLink 600 GB/s (300 each way)")
+               "(80 GB SXM); NVLink 600 GB/s (300 each way); PCIe Gen4 64 GB/s")
 _A100_PEAK = {"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12}
 _H100_SHEET = ("NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 989 and BF16/FP16 1,979 TFLOPS with "
-               "sparsity (494.7 and 989.4 dense), HBM3 3.35 TB/s; NVLink 4 900 GB/s (450 each way)")
+               "sparsity (494.7 and 989.4 dense), HBM3 3.35 TB/s; NVLink 4 900 GB/s (450 each way), PCIe Gen5 128 GB/s")
 _H100_PEAK = {"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12}
 
 # Dense figures (a sheet's "with sparsity" figure is ``sparsity`` times these, for the Tensor Core dtypes). tf32 is
@@ -74,63 +76,84 @@ SPECS = {
                   "GDDR6 320 GB/s", model="Tesla T4 16 GB", device_names=("T4",)),
     "A100": GPUSpec("A100", dict(_A100_PEAK), 2039e9, 80,
                     "NVIDIA A100 Tensor Core GPU datasheet, SXM 80 GB: FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS "
-                    "(dense), HBM2e 2,039 GB/s; NVLink 3 600 GB/s (300 each way)", model="A100 SXM4 80 GB",
-                    device_names=("A100 SXM4 80GB",),
-                    link=300e9, link_name="NVLink 3", sparsity=2),
+                    "(dense), HBM2e 2,039 GB/s; NVLink 3 600 GB/s (300 each way), PCIe Gen4 64 GB/s",
+                    model="A100 SXM4 80 GB", device_names=("A100 SXM4 80GB",), link=300e9,
+                    link_name="NVLink 3", pcie=4, sparsity=2),
     "H100": GPUSpec("H100", dict(_H100_PEAK), 3.35e12, 80, _H100_SHEET, model="H100 SXM5 80 GB",
-                    device_names=("H100 80GB HBM3",), link=450e9, link_name="NVLink 4", sparsity=2),
+                    device_names=("H100 80GB HBM3",), link=450e9, link_name="NVLink 4", pcie=5,
+                    sparsity=2),
     "MI300X": GPUSpec("MI300X", {"float32": 163.4e12, "tf32": 653.7e12, "float16": 1307.4e12,
                                  "bfloat16": 1307.4e12}, 5.3e12, 192,
                       "AMD Instinct MI300X data sheet: FP32 matrix 163.4, TF32 653.7, FP16/BF16 1,307.4 TFLOPS "
                       "(dense), HBM3 5.3 TB/s", model="Instinct MI300X 192 GB", device_names=("MI300X",)),
     "A100 SXM 40GB": GPUSpec("A100 SXM 40GB", dict(_A100_PEAK), 1555e9, 40, _A100_SHEET, model="A100 SXM4 40 GB",
-                             device_names=("A100 SXM4 40GB",), link=300e9, link_name="NVLink 3", sparsity=2),
+                             device_names=("A100 SXM4 40GB",), link=300e9, link_name="NVLink 3", pcie=4,
+                             sparsity=2),
     "A100 PCIe 40GB": GPUSpec("A100 PCIe 40GB", dict(_A100_PEAK), 1555e9, 40, _A100_SHEET, model="A100 PCIe 40 GB",
-                              device_names=("A100 PCIE 40GB",), sparsity=2),
+                              device_names=("A100 PCIE 40GB",), pcie=4, sparsity=2),
     "A100 PCIe 80GB": GPUSpec("A100 PCIe 80GB", dict(_A100_PEAK), 1935e9, 80, _A100_SHEET, model="A100 PCIe 80 GB",
-                              device_names=("A100 80GB PCIE",), sparsity=2),
+                              device_names=("A100 80GB PCIE",), pcie=4, sparsity=2),
     "H100 PCIe": GPUSpec("H100 PCIe", {"float32": 51e12, "tf32": 378e12, "float16": 756.5e12, "bfloat16": 756.5e12},
                          2.0e12, 80,
                          "NVIDIA H100 PCIe datasheet (as tabulated beside the SXM5's by a reseller, "
                          "archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html): FP32 51, TF32 756 and BF16/FP16 "
                          "1,513 TFLOPS with sparsity (378 and 756.5 dense), HBM2e 2,000 GB/s, 80 GB; NVLink bridge "
-                         "600 GB/s", model="H100 PCIe 80 GB", device_names=("H100 PCIE",), link=300e9,
-                         link_name="NVLink 4 bridge", sparsity=2),
+                         "600 GB/s, PCIe Gen5 128 GB/s", model="H100 PCIe 80 GB", device_names=("H100 PCIE",),
+                         link=300e9, link_name="NVLink 4 bridge", pcie=5, sparsity=2),
     "H200": GPUSpec("H200", dict(_H100_PEAK), 4.8e12, 141,
                     "NVIDIA H200 Tensor Core GPU datasheet, SXM: the H100 SXM5's Hopper die and peaks (BF16/FP16 "
-                    "1,979 TFLOPS with sparsity), HBM3e 141 GB at 4.8 TB/s, NVLink 900 GB/s",
+                    "1,979 TFLOPS with sparsity), HBM3e 141 GB at 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s",
                     model="H200 SXM 141 GB", device_names=("H200",), link=450e9,
-                    link_name="NVLink 4", sparsity=2),
+                    link_name="NVLink 4", pcie=5, sparsity=2),
 }
 GPUS = {name: SPECS[name] for name in ("T4", "A100", "H100", "MI300X")}
 
 _TENSOR_DTYPES = ("tf32", "float16", "bfloat16")
-_NCCL_TESTS_212 = ("NVIDIA/nccl-tests#212 (an NCCL maintainer): 450 GB/s is NVLink 4's line rate one way; NCCL "
-                   "reaches about 370 GB/s (rings), and NVLink SHARP all-reduce about 480 GB/s busbw on 8 H100s")
+_NCCL = ("NVIDIA/nccl-tests#212 and NVIDIA/nccl#1442 (an NCCL maintainer): 450 GB/s is NVLink 4's line rate one "
+         "way (900 both ways); NCCL reaches about 370 GB/s each way (busbw with NCCL_ALGO=RING), and all-reduce with "
+         "NVLink SHARP a busbw of about 480 GB/s (algbw about 275) on 8 H100s")
 _MAMF = ("Stas Bekman, Machine Learning Engineering, compute/accelerator/README.md, maximum achievable matmul "
          "FLOPS (MAMF) table, bf16, measured with mamf-finder.py (MI300X with PYTORCH_TUNABLEOP_ENABLED=1)")
 _MEGATRON = ("Shoeybi et al. 2019, Megatron-LM: an 8.3-billion-parameter GPT-2 on 512 V100 GPUs (8-way tensor, 64-way "
              "data parallel) sustained 15.1 PFLOP/s, 76% scaling efficiency against one GPU (39 TFLOP/s)")
+_BANDWIDTH_TEST = "CUDA sample bandwidthTest, 32 MB, quick mode"
+_T4_V100 = f"{_BANDWIDTH_TEST}: GitHub router-gao/cuda-demo, cuda-samples/02-cuda-bandwidth.md"
+_A100_HOSTS = f"{_BANDWIDTH_TEST}: GitHub gengwg/gpu, nvda_gpu_benchmark.md (a DGX A100 and a Dell server)"
+_PICOTRON = "huggingface/picotron README (the Ultra-Scale Playbook's training code)"
 
-# Measured figures, by the model they were measured on. NVIDIA/nccl#1264's "783 of 900 GB/s" is a CUDA sample's
-# peer-to-peer copy in both directions at once: the course compares busbw with one direction, so it keeps the
-# same issue's one-direction figure (380 of 450) and not that one.
+
+def _copies(source: str, where: str, **gbps: float) -> tuple[Figure, ...]:
+    """Host-device copy rates measured with bandwidthTest: h2d_pinned=9.7 etc., in GB/s."""
+    return tuple(Figure(value, "GB/s", f"measured: {name.replace('_', ' ')} copy, {where}", source)
+                 for name, value in gbps.items())
+
+
+# Measured figures, by the row of the model they were measured on (V100: no row, only these). NVIDIA/nccl#1264's
+# "783 of 900 GB/s" is a CUDA sample's peer-to-peer copy in both directions at once: the course compares busbw
+# with one direction, so it keeps the same issue's one-direction figure (380 of 450) and not that one.
 RECORDED: dict[str, tuple[Figure, ...]] = {
     "H100": (
-        Figure(370, "GB/s", "measured: all-reduce busbw with rings (NCCL_ALGO=RING), 8 H100 SXM over NVLink 4",
-               _NCCL_TESTS_212),
-        Figure(480, "GB/s", "measured: all-reduce busbw with NVLink SHARP (NVLS), 8 H100 SXM", _NCCL_TESTS_212),
+        Figure(370, "GB/s", "measured: all-reduce busbw with rings (NCCL_ALGO=RING), 8 H100 SXM over NVLink 4", _NCCL),
+        Figure(480, "GB/s", "measured: all-reduce busbw with NVLink SHARP (NVLS), 8 H100 SXM", _NCCL),
         Figure(380, "GB/s", "measured: peer-to-peer copy, one direction, of NVLink 4's 450, HGX H100",
                "NVIDIA/nccl#1264 (the CUDA sample p2pBandwidthLatencyTest)"),
         Figure(794.5, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), H100 SXM", _MAMF),
+        Figure(38, "%", "measured: MFU training LLaMA-2-7B on 64 H100s", _PICOTRON),
+        Figure(50, "%", "measured: MFU (nearly) training SmolLM-1.7B on 8 H100s", _PICOTRON),
     ),
-    "A100": (Figure(271.2, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), A100 SXM", _MAMF),),
+    "A100": (Figure(271.2, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), A100 SXM", _MAMF),
+             *_copies(_A100_HOSTS, "A100-SXM4-80GB, DGX A100", h2d_pageable=10.0, h2d_pinned=25.7,
+                      d2h_pageable=10.8, d2h_pinned=25.8)),
+    "A100 PCIe 80GB": _copies(_A100_HOSTS, "A100 80GB PCIe, Dell server", h2d_pageable=3.3, h2d_pinned=17.3,
+                              d2h_pageable=8.5, d2h_pinned=24.6),
     "MI300X": (Figure(668.4, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), MI300X", _MAMF),),
+    "T4": _copies(_T4_V100, "Tesla T4, PCIe 3.0 x16", h2d_pinned=9.7, d2h_pinned=11.1),
     "V100": (
         Figure(15.1, "PFLOP/s", "measured: Megatron-LM 8.3B sustained on 512 V100 GPUs", _MEGATRON),
         Figure(76, "%", "measured: that run's scaling efficiency against one GPU", _MEGATRON),
         Figure(512, "GPUs", "the cluster of that run", _MEGATRON),
         Figure(39, "TFLOP/s", "measured: Megatron-LM's baseline on one V100 (1.2B parameters)", _MEGATRON),
+        *_copies(_T4_V100, "Tesla V100-SXM2-16GB", h2d_pinned=9.6, d2h_pinned=11.4),
     ),
 }
 
@@ -145,7 +168,7 @@ def gpu_spec(gpu: str) -> GPUSpec:
 def spec_figures(spec: GPUSpec) -> list[Figure]:
     """The figures of one spec sheet as ``Figure`` records: dense peaks in TFLOP/s (and the sheet's sparse ones,
     ``sparsity`` times the dense, for the Tensor Core dtypes), memory in GB, its bandwidth in GB/s and TB/s, and
-    the link in GB/s one way and both ways."""
+    the links (to other GPUs, to the host) in GB/s one way and both ways."""
     rows = []
     for dtype, flops in spec.peak.items():
         rows.append(Figure(flops / 1e12, "TFLOP/s", f"spec: dense {dtype} peak", spec.source))
@@ -158,6 +181,11 @@ def spec_figures(spec: GPUSpec) -> list[Figure]:
     if spec.link:
         rows.append(Figure(spec.link / 1e9, "GB/s", f"spec: {spec.link_name}, one direction", spec.source))
         rows.append(Figure(2 * spec.link / 1e9, "GB/s", f"spec: {spec.link_name}, both directions", spec.source))
+    if spec.pcie:  # as the sheets round them: 32 GB/s each way for Gen4 x16 (31.5 by the PCIe spec), 64 for Gen5
+        each_way = {4: 32, 5: 64}[spec.pcie]
+        rows.append(Figure(each_way, "GB/s", f"spec: PCIe Gen{spec.pcie} x16 to the host, one direction", spec.source))
+        rows.append(Figure(2 * each_way, "GB/s", f"spec: PCIe Gen{spec.pcie} x16 to the host, both directions",
+                           spec.source))
     return rows
 
 

@@ -84,6 +84,7 @@ def test_every_figure_has_a_unit_what_it_measures_and_a_source():
 def test_links_and_sparsity_say_which_direction_and_which_count():
     h100 = {(f.value, f.measures) for f in hardware.figures("H100") if f.unit == "GB/s"}
     assert (450, "spec: NVLink 4, one direction") in h100 and (900, "spec: NVLink 4, both directions") in h100
+    assert (64, "spec: PCIe Gen5 x16 to the host, one direction") in h100
     tflops = {round(f.value, 1): f.measures for f in hardware.figures("H100") if f.unit == "TFLOP/s"}
     assert tflops[989.4] == "spec: dense float16 peak" or tflops[989.4] == "spec: dense bfloat16 peak"
     assert tflops[1978.8].endswith("with sparsity")
@@ -99,6 +100,12 @@ def test_the_recorded_measurements_are_the_sources_figures():
     assert values("H100", "TFLOP/s") | values("A100", "TFLOP/s") | values("MI300X", "TFLOP/s") == {
         794.5, 271.2, 668.4}
     assert values("V100", "PFLOP/s") == {15.1} and values("V100", "GPUs") == {512} and values("V100", "%") == {76}
+    assert values("H100", "%") == {38, 50}  # picotron's MFU on 64 and on 8 H100s
+    # bandwidthTest's host copies, 32 MB: chapter 3 quotes them; pinned is faster than pageable on every host
+    assert values("T4", "GB/s") == {9.7, 11.1} and {9.6, 11.4} <= values("V100", "GB/s")
+    copies = {f.measures.split(",")[0]: f.value for f in hardware.RECORDED["A100 PCIe 80GB"]}
+    assert copies == {"measured: h2d pageable copy": 3.3, "measured: h2d pinned copy": 17.3,
+                      "measured: d2h pageable copy": 8.5, "measured: d2h pinned copy": 24.6}
 
 
 @pytest.mark.parametrize(("call", "message"), [

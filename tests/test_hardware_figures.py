@@ -47,7 +47,7 @@ QUALIFIERS = re.compile(r"\b(PCIe|SXM|NVL|40 ?GB|80 ?GB)(?![A-Za-z])", re.I)
 def families() -> Table:
     """The table's rows by family name (a row's first word): (model, its figures) for each row of the family."""
     found: Table = {}
-    for key in [*hardware.SPECS, *hardware.RECORDED]:
+    for key in dict.fromkeys([*hardware.SPECS, *hardware.RECORDED]):
         model = hardware.SPECS[key].model if key in hardware.SPECS else key
         found.setdefault(key.split()[0], []).append((model, hardware.figures(key)))
     return found
