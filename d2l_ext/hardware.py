@@ -1,4 +1,4 @@
-"""Every figure the course quotes about hardware it did not run on, each with its source (chapters 9 and 10).
+"""Every figure the course quotes about hardware it did not run on, each with its source (chapters 3, 9, 10).
 
 A figure is a spec sheet's (what the vendor states the part can do) or a recorded measurement (what someone
 measured and published); it says which, and what it counts: one direction of a link or both, dense or sparse
@@ -7,8 +7,8 @@ FLOP/s. Nothing here was measured by the course.
 - ``SPECS``: the spec sheets of the GPUs the course knows, dense peak FLOP/s per dtype, memory, its bandwidth and
   the GPU-to-GPU link; ``GPUS``: the four that chapter 10 compares (``roofline`` reads them), ``gpu_spec`` reads
   any row;
-- ``RECORDED``: measured figures (busbw, the largest matrix product reached, a cluster's throughput);
-  ``recorded`` finds one;
+- ``RECORDED``: measured figures (busbw, the largest matrix product reached (MAMF), MFU, host copies, a
+  cluster's throughput); ``recorded`` finds one;
 - ``figures``: every figure of one model, spec and recorded, as ``Figure`` records (value, unit, what it
   measures, source), the form the tests compare the notebooks' text with;
 - ``lookup``: the row of the GPU that ``torch.cuda.get_device_name()`` names, matched by model (an H100 PCIe
