@@ -198,7 +198,8 @@ def node_command(script: str | Path, nodes: int | str, nproc_per_node: int, args
                  rdzv_conf: str = "", fork: bool = False) -> list[str]:
     """Return the torchrun command line of one "node" (one agent) of a job of ``nodes`` nodes (or ``"MIN:MAX"``)
     that meet at ``endpoint`` with the c10d rendezvous. The agent with ``host`` holds the rendezvous' store (on a
-    cluster: the node at that address); node ranks are given as agents join, so there is no --node-rank.
+    cluster: the node at that address). There is no --node-rank: c10d numbers the agents when the round closes,
+    sorted by host name, then process id.
     ``fork``: the workers are forked from the agent (``forks_workers``)."""
     conf = ",".join(filter(None, [f"is_host={int(host)}", rdzv_conf]))
     logs = [f"--log-dir={log_dir}"] if log_dir is not None else []
@@ -430,8 +431,9 @@ class Supervised:
         self._echo_waiting()  # the last lines, read after the processes ended
 
     def last_lines(self) -> str:
-        """What each process printed last, on stdout and on stderr: where it stopped."""
-        return "; ".join(f"{name}: {_last_line(out)!r} on stdout, {_last_line(err)!r} on stderr"
+        """What each process printed last (up to 3 lines, joined by " | "), on stdout and on stderr: where it stopped.
+        Three lines: a worker's last step, then what it waited for (chapter 11's lost node)."""
+        return "; ".join(f"{name}: {_last_lines(out)!r} on stdout, {_last_lines(err)!r} on stderr"
                          for name, out, err in zip(self.names, self.stdout, self.stderr, strict=True))
 
 
@@ -444,8 +446,9 @@ def _started_by(process: subprocess.Popen) -> str:
     return f"{count} process{'es' if count != 1 else ''} it started"
 
 
-def _last_line(lines: list[str]) -> str:
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+def _last_lines(lines: list[str], count: int = 3) -> str:
+    shown = [line.strip() for line in lines if line.strip()][-count:]
+    return " | ".join(shown)
 
 
 def dump_stacks(processes: list[subprocess.Popen], path: str | None = None) -> None:

@@ -3,13 +3,23 @@ what every rank found (``say``, ``from_every_rank``), and leave without hanging 
 
 The training scripts in ``notebooks/scripts`` import these; the notebook's side of a launch (starting the processes,
 bounding them in time, turning a failure into an error) is ``d2l_ext.launch``.
+
+``fail_as_nccl_would``: with gloo, a collective whose peer is gone raises at once ("Connection closed by peer"); with
+NCCL it waits until the process group's timeout, when NCCL's watchdog tears the process down. The test mode
+``D2L_EXT_LIKE_NCCL=1`` makes a gloo run fail the NCCL way, so that a CPU machine tests what a GPU machine would do.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import multiprocessing
 import os
+import re
+import signal
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -56,17 +66,61 @@ def from_every_rank(value: T) -> list[T]:
     return values
 
 
-def join() -> tuple[int, torch.device, str]:
+def join(timeout: float | None = None) -> tuple[int, torch.device, str]:
     """Join the process group in a process that torchrun started: take this rank's device and backend
     (``rank_device_and_backend``), make a GPU the current one, and bind NCCL to it at once (``device_id``: NCCL
     errors then show here rather than later). Return the local rank, the device and the backend.
-    Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
+    ``timeout`` (seconds): how long a collective may wait before it fails (the default: 10 minutes with NCCL, 30
+    with gloo). Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
     local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     device, backend = rank_device_and_backend(local_rank, local_world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    if backend == "nccl":  # the default already; set so that the script says what it relies on (see fail_as_nccl_would)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    wait = None if timeout is None else datetime.timedelta(seconds=timeout)
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None, timeout=wait)
     return local_rank, device, backend
+
+
+LIKE_NCCL = "D2L_EXT_LIKE_NCCL"
+
+
+def like_nccl(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    """Whether the test mode that makes gloo fail as NCCL does is on (``D2L_EXT_LIKE_NCCL=1``)."""
+    return (os.environ if environ is None else environ).get(LIKE_NCCL, "") == "1"
+
+
+@contextlib.contextmanager
+def fail_as_nccl_would(timeout: float) -> Iterator[None]:
+    """Run the block; under the test mode ``D2L_EXT_LIKE_NCCL=1`` with gloo, make a collective that fails do what
+    NCCL does: wait ``timeout`` seconds (the process group's timeout), then tear the process down.
+
+    Why: when a peer is gone, gloo's collective raises at once ("Connection closed by peer"). NCCL's does not: on
+    one machine its transports (shared memory, peer to peer) do not notice a dead peer, and the collective waits.
+    NCCL's watchdog thread fails it when the process group's ``timeout`` expires, and with
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING=3`` (PyTorch's default) it then aborts the whole process: no Python exception
+    reaches the script (docs.pytorch.org, "ProcessGroupNCCL Environment Variables"). Here the abort is a SIGABRT,
+    as NCCL's, without a core file; torchrun sees a failed worker either way. The mode does nothing with NCCL, or
+    outside the test mode."""
+    if not like_nccl() or dist.get_backend() != "gloo":
+        yield
+        return
+    try:
+        yield
+    except (RuntimeError, dist.DistError) as error:  # what gloo raises when a peer is gone, or times out
+        rank = dist.get_rank()
+        first = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*", "", (str(error).strip().splitlines() or ["?"])[0])
+        first = first.split(". ")[0]
+        write_lines(f"rank {rank}: gloo raised at once ({first}); like NCCL, waiting {timeout:g} s for the watchdog")
+        time.sleep(timeout)
+        write_lines(f"rank {rank}: like NCCL's watchdog: the collective timed out after {timeout:g} s; "
+                    "the process is torn down (TORCH_NCCL_ASYNC_ERROR_HANDLING=3)")
+        with contextlib.suppress(ImportError, ValueError, OSError):  # no core file in the working folder
+            import resource  # not on Windows
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), signal.SIGABRT)
 
 
 # The process groups that ``leave`` destroyed, kept until the process ends (see ``keep_process_groups``)

@@ -14,6 +14,13 @@ fewer workers (an elastic job that lost a node) resumes the same way, each rank 
 
 Rank 0 prints each step with the attempt that ran it (``TORCHELASTIC_RESTART_COUNT``), and at the end writes the
 final parameters to ``--out``, to compare with an uninterrupted run's.
+
+``--timeout`` (30 s): how long a collective may wait for a peer. With gloo a dead peer makes the collective fail
+at once. With NCCL (one GPU per worker) it waits until this timeout, when NCCL's watchdog aborts the process
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, the default, set by ``join``); only then does torchrun's agent see a failed
+worker and restart. NCCL's default timeout, 10 minutes, would make a lost node cost 10 minutes. A step is printed
+"done" only once the device has finished it: NCCL's collectives return before they complete.
+``D2L_EXT_LIKE_NCCL=1`` makes a CPU run fail the NCCL way (``d2l_ext.ranks.fail_as_nccl_would``).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 from d2l_ext import checkpoint
-from d2l_ext.ranks import from_every_rank, join, leave, say, write_lines
+from d2l_ext.ranks import fail_as_nccl_would, from_every_rank, join, leave, say, write_lines
 from ddp_train import model, synthetic_data  # chapter 6's model and data (scripts/ddp_train.py)
 
 ENVIRONMENT = ["RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"]
@@ -56,14 +63,22 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch, split across ranks")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds a collective may wait for a peer")
     args = parser.parse_args()
-    if args.every < 1 or args.steps < 1:
-        raise SystemExit("--steps and --every are 1 or more")
+    if args.every < 1 or args.steps < 1 or args.timeout <= 0:
+        raise SystemExit("--steps and --every are 1 or more, --timeout more than 0")
+
+    _, device, _ = join(timeout=args.timeout)
+    with fail_as_nccl_would(args.timeout):
+        train(args, device)
+    leave()
+
+
+def train(args: argparse.Namespace, device: torch.device) -> None:
+    """Train from the newest checkpoint to ``args.steps``, saving every ``args.every`` steps."""
     kill_rank, kill_step = (int(x) for x in args.kill.split(":")) if args.kill else (-1, -1)
     kill_node, kill_node_step = (int(x) for x in args.kill_node.split(":")) if args.kill_node else (-1, -1)
     node = int(os.environ.get("D2L_EXT_NODE", "-1"))
-
-    _, device, _ = join()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     seen = from_every_rank(" ".join(f"{name}={os.environ[name]}" for name in ENVIRONMENT))
@@ -99,6 +114,8 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if device.type == "cuda":  # NCCL's all-reduce returned at once: wait until the step is really done
+            torch.cuda.synchronize(device)
         say(f"attempt {attempt}: step {step} done")
         if (step + 1) % args.every == 0:
             model_state, optimizer_state = get_state_dict(ddp, optimizer)
@@ -107,7 +124,6 @@ def main() -> None:
             say(f"attempt {attempt}: checkpoint {folder.name}")
     if rank == 0:
         torch.save({k: v.detach().cpu() for k, v in net.state_dict().items()}, args.out)
-    leave()
 
 
 if __name__ == "__main__":
