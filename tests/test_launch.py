@@ -362,7 +362,8 @@ def test_node_commands_meet_with_the_c10d_rendezvous_one_of_them_holding_it():
     assert "--rdzv-backend=c10d" in host and "--rdzv-endpoint=127.0.0.1:29400" in host and "--rdzv-id=job" in host
     assert "--rdzv-conf=is_host=1,last_call_timeout=5" in host and "--rdzv-conf=is_host=0" in other
     assert "--log-dir=/tmp/logs" in host and host[-3:] == ["train.py", "--steps", "3"]
-    assert not any(part.startswith("--node-rank") for part in host + other)  # c10d numbers the agents when the round closes (host name, then pid)
+    # no --node-rank: c10d numbers the agents when the round closes (by host name, then pid)
+    assert not any(part.startswith("--node-rank") for part in host + other)
 
 
 @pytest.mark.parametrize("settings", [
