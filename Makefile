@@ -7,6 +7,8 @@ PYTHON ?= $(DEFAULT_PYTHON)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# the test, lint and type-check tools (requirements-dev.txt), on top: make test and the checks need them, learners not
+DEV_STAMP := $(VENV)/.installed-dev
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 # A venv whose Python-independent packages (NVIDIA's libraries) a new one hard-links (tools/envs/venvs.py)
 SEED_FROM ?=
@@ -22,7 +24,7 @@ NBVAL_WORKERS ?= 2
 # tools that run the notebooks another way read too
 include tools/outputs/settings.mk
 
-.PHONY: env lab test lint unit notebooks outputs measure-ridges test-matrix test-colab check-tags check-timing check-memory check-gpu doctor colab check-binder check-browser book check-book browser-deps clean help gpu-check book-check binder-check browser-check
+.PHONY: env dev lab test lint unit notebooks outputs measure-ridges test-matrix test-colab check-tags check-timing check-memory check-gpu doctor colab check-binder check-browser book check-book browser-deps clean help gpu-check book-check binder-check browser-check
 
 help:
 	@echo "Learning:"
@@ -32,7 +34,8 @@ help:
 	@echo "  make check-gpu       on a machine with a GPU: run every notebook, report to build/gpu-check.md"
 	@echo "Contributing (CONTRIBUTING.md):"
 	@echo "  make test            create the environment (first run) and run lint, unit tests and nbval"
-	@echo "  make env             only create or update the environment (.venv)"
+	@echo "  make env             only create or update the learners' environment (.venv: requirements.txt)"
+	@echo "  make dev             the same with the test, lint and type-check tools (requirements-dev.txt)"
 	@echo "  make lint            ruff and the type check over d2l_ext, tests, tools and the notebooks"
 	@echo "  make unit            the unit tests alone"
 	@echo "  make notebooks       the notebooks alone, stored outputs compared (nbval)"
@@ -57,6 +60,7 @@ help:
 	@echo "browser-check."
 
 env: $(STAMP) $(LAB_SETTINGS)
+dev: $(DEV_STAMP) $(LAB_SETTINGS)
 
 # JupyterLab's settings for the course (Binder's postBuild copies the same file): no news toast, and closing a
 # notebook's tab shuts its kernel down, which frees its GPU memory
@@ -70,9 +74,7 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(if $(SEED_FROM),$(BIN)/python -m tools.envs.venvs seed $(SEED_FROM))
-	$(BIN)/python -m pip install -r requirements.txt
-	$(BIN)/python -m pip install --no-deps -r requirements-d2l.txt
-	$(BIN)/python -m pip install --no-deps -e .
+	bash tools/envs/install.sh $(BIN)/python
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (d2l_ext)"
 	$(if $(SEED_FROM),$(BIN)/python -m tools.envs.venvs dedupe $(SEED_FROM))
 	touch $@
@@ -80,14 +82,19 @@ $(STAMP): requirements.txt requirements-d2l.txt pyproject.toml
 lab: env
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_DIR) $(ROOT_FLAG) $(LAB_ARGS)
 
-lint: env
+# The steps of every installation are tools/envs/install.sh's (Binder's postBuild and Colab's stack run it too)
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	bash tools/envs/install.sh $(BIN)/python --dev
+	touch $@
+
+lint: dev
 	$(BIN)/ruff check d2l_ext tests tools notebooks conftest.py
 	$(BIN)/python -m tools.checks.typecheck $(if $(FRESH),,--cache $(VENV)/.typecheck-passed)
 
-unit: env
+unit: dev
 	$(BIN)/python -m pytest tests -q
 
-notebooks: env
+notebooks: dev
 	env $(NUMERIC_ENV) $(TEST_THREADS) $(BIN)/python -m pytest $(NBVAL_OPTS) -n $(NBVAL_WORKERS) --dist loadfile notebooks -q
 
 # lint, then the unit tests and the notebooks in one pytest run: TEST_WORKERS workers take a test file or a
@@ -111,7 +118,7 @@ test:
 
 # The notebook suite under the variations this machine can produce (tools/envs/matrix.py says which)
 MATRIX_ARGS ?=
-test-matrix: env
+test-matrix: dev
 	$(BIN)/python -m tools.envs.matrix $(MATRIX_ARGS)
 
 # The notebooks on Colab's packages (tests/envs/colab.txt) and Colab's Python, given as PYTHON= (a 3.13):
@@ -120,27 +127,27 @@ test-matrix: env
 COLAB_ARGS ?=
 # The tool runs in .venv (it reads make test's settings with nbformat), created first with DEFAULT_PYTHON
 test-colab:
-	@$(MAKE) --no-print-directory env PYTHON=$(DEFAULT_PYTHON)
+	@$(MAKE) --no-print-directory dev PYTHON=$(DEFAULT_PYTHON)
 	$(BIN)/python -m tools.envs.colab --python $(PYTHON) $(COLAB_ARGS)
 
 # Untagged outputs that change when torch reports a CPU-only build or a GPU (tools/checks/tags.py)
 CHECK_TAGS_ARGS ?=
-check-tags: env
+check-tags: dev
 	$(BIN)/python -m tools.checks.tags $(CHECK_TAGS_ARGS)
 
 # On a machine with a GPU: run every notebook, write build/gpu-check.md (without a GPU: says so, exits 0)
-check-gpu: env
+check-gpu: dev
 	$(BIN)/python -m tools.envs.gpu
 
 # Compared outputs that change when clocks run 3x fast before each cell's turn (its first timed work), then after
 # CHECK_TIMING_ARGS=--twice (CI): each notebook twice in one kernel, both runs compared (a learner re-running it)
 CHECK_TIMING_ARGS ?=
-check-timing: env
+check-timing: dev
 	$(BIN)/python -m tools.checks.timing $(CHECK_TIMING_ARGS)
 
 # This CPU's ridge point under make test's pins, each setting of the matrix and with one core busy: the figures
 # roofline.CPU_RIDGES records and chapter 10 labels its operations against (tools/envs/ridges.py, about a minute)
-measure-ridges: env
+measure-ridges: dev
 	$(BIN)/python -m tools.envs.ridges
 
 # Every notebook run as Binder runs it (tools/checks/memory.py): a fresh kernel, no test runner in its memory, the
@@ -148,11 +155,11 @@ measure-ridges: env
 # limit (a cgroup, or systemd-run) where it allows one. Reports each notebook's peaks and the cells that hold them.
 # CHECK_MEMORY_ARGS=--record also writes them to d2l_ext/memory_peaks.json (make doctor) and docs/chapters.md
 CHECK_MEMORY_ARGS ?=
-check-memory: env
+check-memory: dev
 	$(BIN)/python -m tools.checks.memory $(CHECK_MEMORY_ARGS)
 
 # Refresh stored outputs: run every notebook top to bottom in place, seeded, without timing metadata.
-outputs: env
+outputs: dev
 	env $(NUMERIC_ENV) $(BIN)/python -m tools.outputs.refresh notebooks
 
 # The book: the notebooks' stored outputs as a static site, English, Vietnamese and Chinese (tools/book/build.py), in its
@@ -183,7 +190,7 @@ doctor: env
 	$(BIN)/python -m d2l_ext.doctor
 
 # Binder's build, generated by repo2docker without Docker, compared with this Makefile's (needs PyPI once)
-check-binder: env
+check-binder: dev
 	$(BIN)/python -m tools.envs.binder
 
 # JupyterLab served by `make lab`, a chapter opened in headless Chromium (Debian's package), a screenshot

@@ -47,7 +47,7 @@ def ci_run(tmp_path: Path, budget: str, **fake: str) -> tuple[subprocess.Complet
 def test_past_the_budget_make_test_runs_whole_and_the_optional_passes_do_not(tmp_path):
     done, made = ci_run(tmp_path, "0.01", FAKE_TEST_SECONDS="1.5")  # 0.6 s of budget, make test takes 1.5 s
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "env" in made and "test" in made
+    assert "dev" in made and "test" in made
     assert not any(m.split()[0] in {"check-tags", "book", "check-book", "check-memory", "test-matrix"} for m in made)
     lines = done.stdout.strip().splitlines()
     assert lines[-1] == "NOT RUN: " + "; ".join(OPTIONAL)
@@ -60,7 +60,7 @@ def test_past_the_budget_make_test_runs_whole_and_the_optional_passes_do_not(tmp
 def test_within_the_budget_every_step_runs(tmp_path):
     done, made = ci_run(tmp_path, "60")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))][:2] == ["env", "test"]
+    assert [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))][:2] == ["dev", "test"]
     for target in ("check-tags", "book", "check-book", "check-memory", "test-matrix"):
         assert any(m.split()[0] == target for m in made), target
     assert done.stdout.strip().splitlines()[-1] == "every step ran"

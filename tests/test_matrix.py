@@ -92,7 +92,7 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     assert variant.pretend == "cpu-build"  # CI's replacement for a separate `make check-tags --mode cpu-build`
     test_matrix.run_variant(variant, tmp_path)
     (build, build_env), (notebooks, notebooks_env) = calls
-    assert build[2] == "env" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
+    assert build[2] == "dev" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
     assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
     assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")

@@ -18,9 +18,10 @@ reads the Dockerfile it prints plus its log. One line per check, exit status 1 i
   relative to the file that names it, which this script repeats), and it brings every pin of
   requirements.txt and nothing that overrides one;
 - postBuild: run from the repository root, after requirements, is executable in git, stops on errors, and
-  runs `pip install --no-deps -r requirements-d2l.txt` and `pip install --no-deps -e .`;
-- make: each `pip install` of the Makefile's $(STAMP) recipe has its counterpart in the Binder build (same
-  file, same --no-deps), in the same order;
+  runs the course's one install recipe without its requirements step (`tools/envs/install.sh python
+  --no-requirements`: d2l --no-deps, then d2l_ext);
+- recipe: the Binder build's installs (binder/requirements.txt, then postBuild's) are the recipe's steps that
+  `make env` runs (`tools/envs/install.sh --print` says which), in the same order;
 - base env (with network): repo2docker's base environment (its conda lock) keeps packages that the pins
   do not name (notebook, jupyterhub, ...); a `pip install --dry-run` of the pins together with those
   packages at their locked versions must resolve, or Binder would end with broken dependencies.
@@ -139,22 +140,11 @@ def pip_install_step(command: str) -> tuple[str, str, bool] | None:
     return None
 
 
-def makefile_steps() -> tuple[list[tuple[str, str, bool]], list[str]]:
-    """The pip installs of the $(STAMP) recipe, and its other pip commands."""
-    text = (REPO / "Makefile").read_text()
-    recipe = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", text, re.M)
-    if not recipe:
-        raise ValueError("no $(STAMP) recipe in the Makefile")
-    steps, other = [], []
-    for line in recipe.group(1).splitlines():
-        if "pip install" not in line:
-            continue
-        step = pip_install_step(line.replace("$(BIN)/python -m ", ""))
-        if step:
-            steps.append(step)
-        else:
-            other.append(line.strip())
-    return steps, other
+def recipe_steps(*options: str) -> list[tuple[str, str, bool]]:
+    """The pip installs of the course's one install recipe (tools/envs/install.sh), as it prints them."""
+    done = subprocess.run(["bash", str(REPO / "tools" / "envs" / "install.sh"), "python", *options, "--print"],
+                          capture_output=True, text=True, check=True)
+    return [step for step in map(pip_install_step, done.stdout.splitlines()) if step]
 
 
 def check_python(log: str, steps: list[tuple[str, str, str, str]]) -> str | None:
@@ -174,12 +164,14 @@ def check_python(log: str, steps: list[tuple[str, str, str, str]]) -> str | None
     report(ok, "python", f"runtime.txt says {wanted}; repo2docker builds python="
            f"{built.group(1) if built else '?'} from base lock(s) {sorted(locks)}"
            + ("; it warns that it uses its default" if default_warning else ""))
-    makefile = (REPO / "Makefile").read_text()
-    bounds = re.search(r"\((\d+), (\d+)\) <= v\[:2\] <= \((\d+), (\d+)\)", makefile)
+    # the Pythons the course supports: pyproject.toml's requires-python (make checks the same range)
+    found = re.search(r'^requires-python = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    supported = found[1] if found else "?"
+    bounds = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", supported.replace(" ", ""))
     if bounds:
-        lo, hi = (int(bounds[1]), int(bounds[2])), (int(bounds[3]), int(bounds[4]))
+        lo, below = (int(bounds[1]), int(bounds[2])), (int(bounds[3]), int(bounds[4]))
         version = tuple(int(p) for p in wanted.split("."))
-        report(lo <= version <= hi, "python range", f"{wanted} within make's {lo[0]}.{lo[1]}..{hi[0]}.{hi[1]}")
+        report(lo <= version < below, "python range", f"{wanted} within requires-python {supported}")
     return built.group(1) if built else None
 
 
@@ -245,17 +237,18 @@ def main() -> int:
     ok = bool(mode) and mode[0] == "100755" and text.startswith("#!") and re.search(r"^set -e", text, re.M)
     report(bool(ok), "postBuild file", f"git mode {mode[0] if mode else 'untracked'}, shebang "
            f"{text.splitlines()[0]!r}, `set -e` present" if text else "empty")
-    post_steps = [s for s in map(pip_install_step, text.splitlines()) if s and not s[1].startswith("#")]
-    want = [("-r", "requirements-d2l.txt", True), ("-e", ".", True)]
-    report(post_steps == want, "postBuild installs", f"{post_steps}")
+    calls = [shlex.split(line, comments=True) for line in text.splitlines()]
+    recipe_call = ["bash", "tools/envs/install.sh", "python", "--no-requirements"]
+    stray = [s for s in map(pip_install_step, text.splitlines()) if s and not s[1].startswith("#")]
+    report(recipe_call in calls and not stray, "postBuild installs",
+           f"runs {' '.join(recipe_call)}" + (f"; and its own pip installs {stray}" if stray else ""))
+    post_steps = recipe_steps("--no-requirements") if recipe_call in calls else stray
 
-    # the Makefile's $(STAMP) recipe against the Binder build
-    make_steps, make_other = makefile_steps()
+    # the recipe that make env runs, against the Binder build
+    make_steps = recipe_steps()
     binder_steps = [("-r", "requirements.txt", False)] + post_steps if req_runs else post_steps
-    report(make_steps == binder_steps, "make vs binder",
-           f"make {make_steps} == binder {binder_steps} (binder/requirements.txt counted as requirements.txt)")
-    for line in make_other:
-        info("make only", f"{line!r} (pip itself, not part of the environment)")
+    report(make_steps == binder_steps, "recipe",
+           f"make env {make_steps} == binder {binder_steps} (binder/requirements.txt counted as requirements.txt)")
     info("kernel", "make installs a kernelspec 'python3' ('Python 3 (d2l_ext)'); Binder's is ipykernel's "
          "default 'python3' of the same environment (KERNEL_PYTHON_PREFIX=NB_PYTHON_PREFIX)")
 

@@ -23,7 +23,7 @@ Google publishes what Colab's GPU runtime holds in the public repository googlec
 
 It keeps Colab's versions of the packages the notebooks import (and of the kernel that runs them), drops the
 `+cu128`-style local version (PyPI's wheel of that version is what pip can install; without a GPU the CUDA
-variant does not matter), and adds the test tools at the versions `requirements.txt` pins.
+variant does not matter), and adds the test tools at the versions `requirements-dev.txt` pins.
 
 Why this module: pip-tools and uv resolve versions, but none picks Colab's versions of what the notebooks import.
 """
@@ -45,11 +45,12 @@ from tools.outputs.run import NBVAL_OPTIONS, TEST_ENVIRONMENT  # as make test ru
 
 FREEZE_HELP = "Write tests/envs/colab.txt from Colab's pip-freeze.gpu.txt"
 TARGET = REPO / "tests" / "envs" / "colab.txt"
+INSTALL = REPO / "tools" / "envs" / "install.sh"  # the course's one install recipe
 
 # what the notebooks and d2l import at run time, and the kernel that runs them on Colab
 COLAB_PACKAGES = ["torch", "torchvision", "numpy", "pandas", "scipy", "matplotlib", "matplotlib-inline",
                   "ipython", "ipykernel", "ipywidgets", "jupyter-client", "requests", "pillow", "psutil"]
-# what runs the notebooks as tests: not on Colab, taken at requirements.txt's pins
+# what runs the notebooks as tests: not on Colab, taken at requirements-dev.txt's pins
 TEST_TOOLS = ["nbval", "pytest", "pytest-xdist", "pytest-doctestplus"]
 
 
@@ -79,7 +80,7 @@ def colab_requirements(freeze: str, requirements: str, source: str, python: str)
         f"# source: {source} (googlecolab/backend-info, pip-freeze.gpu.txt and os-info-gpu.txt)",
         f"# python: {python}",
         *(f"{name}=={colab[normalized(name)]}" for name in COLAB_PACKAGES),
-        "# the test tools, at requirements.txt's pins (not on Colab)",
+        "# the test tools, at requirements-dev.txt's pins (not on Colab)",
         *(f"{name}=={ours[normalized(name)]}" for name in TEST_TOOLS),
     ]
     return "\n".join(lines) + "\n"
@@ -120,13 +121,12 @@ def build(python: str, venv: Path) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     seed = [[str(bin_python), "-m", "tools.envs.venvs", step, str(REPO / ".venv")]
             for step in ("seed", "dedupe")] if (REPO / ".venv" / ".installed").exists() else [[], []]
+    # the course's one install recipe, with Colab's stack in place of requirements.txt
     steps = [[python, "-m", "venv", str(venv)], seed[0],
-             [str(bin_python), "-m", "pip", "install", "-q", "-r", str(TARGET)],
-             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(REPO / "requirements-d2l.txt")],
-             [str(bin_python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)], seed[1]]
+             ["bash", str(INSTALL), str(bin_python), "--requirements", str(TARGET)], seed[1]]
     for step in filter(None, steps):
         print("+ " + " ".join(step), flush=True)
-        subprocess.run(step, check=True, cwd=REPO)
+        subprocess.run(step, check=True, cwd=REPO, env={**os.environ, "PIP_QUIET": "1"})
     stamp.write_text(digest)
     return bin_python
 
@@ -138,7 +138,7 @@ def freeze_main(argv: list[str]) -> int:
     parser.add_argument("--python", required=True, help="Colab's Python version, from os-info-gpu.txt")
     parser.add_argument("--output", type=Path, default=TARGET)
     args = parser.parse_args(argv)
-    text = colab_requirements(args.freeze.read_text(), (REPO / "requirements.txt").read_text(), args.source,
+    text = colab_requirements(args.freeze.read_text(), (REPO / "requirements-dev.txt").read_text(), args.source,
                               args.python)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)

@@ -52,7 +52,7 @@ class Variant:
 
     name: str
     environment: dict[str, str] = field(default_factory=dict)
-    python: str | None = None  # another interpreter: a fresh venv is made with it by `make env`
+    python: str | None = None  # another interpreter: a fresh venv is made with it by `make dev`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
     pretend: str = ""  # torch made to report another build (tools/checks/pretend/sitecustomize.py), as check_tags does
     twice: bool = False  # run by tools/checks/timing.py --twice --unpinned (check-timing --twice), not by nbval
@@ -182,7 +182,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         arguments += ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
     start = time.perf_counter()
     if variant.pretend:  # the environment is built first, by a pip that must not import the pretending torch
-        subprocess.run(["make", "--no-print-directory", "env", *arguments], cwd=REPO, check=True,
+        subprocess.run(["make", "--no-print-directory", "dev", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
     if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
         assert python is not None
@@ -243,7 +243,7 @@ def fresh_venv(variant: Variant) -> tuple[Path, Path, float]:
         venv = REPO / ".venv-colab"
         return venv, venv / ".colab-installed", COLAB_VENV_GIB
     venv = REPO / f".venv-{variant.python}"
-    return venv, venv / ".installed", SEEDED_VENV_GIB
+    return venv, venv / ".installed-dev", SEEDED_VENV_GIB  # make dev's stamp: the test tools too
 
 
 def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
@@ -264,7 +264,7 @@ def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
             except subprocess.CalledProcessError:
                 built = False
         else:
-            built = subprocess.run(["make", "--no-print-directory", "env", f"PYTHON={python}", f"VENV={venv.name}",
+            built = subprocess.run(["make", "--no-print-directory", "dev", f"PYTHON={python}", f"VENV={venv.name}",
                                     "SEED_FROM=.venv"], cwd=REPO, env={**os.environ, **variant.environment}
                                    ).returncode == 0
         print(f"{venv.name}: {'built' if built else 'NOT built; its run will try again'}", flush=True)
