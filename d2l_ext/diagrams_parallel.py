@@ -1,6 +1,7 @@
 """Chapter 9's pictures of tensor parallelism: where Megatron's f and g communicate in a forward and a backward
-pass, and which rows and columns of each weight every rank of a (dp, tp) = (2, 2) mesh holds. Both are drawn from
-data (TP_STEPS, mesh_rows_and_columns) that tests check against what scripts/tensor_parallel.py counts."""
+pass, how sequence parallelism changes the tokens' layout around the split MLP, and which rows and columns of each
+weight every rank of a (dp, tp) = (2, 2) mesh holds. Each is drawn from data (TP_STEPS, SP_STEPS,
+mesh_rows_and_columns) that tests check against what scripts/tensor_parallel.py counts."""
 
 from __future__ import annotations
 
@@ -17,7 +18,47 @@ TP_STEPS = {
                  ("rank", "through Bᵢ, GELU, Aᵢ", False), ("f", "all-reduce: ∂X = Σ ∂Xᵢ", True),
                  ("∂X", "whole", False)],
 }
+# sequence parallelism's forward pass through LayerNorm and the MLP on two ranks of a sequence of 8 tokens
+SP_STEPS = [("LayerNorm", "tokens {half} of 8", False), ("all-gather", "every rank: all 8 tokens", True),
+            ("rank", "A, B half {rank};\nall 8 tokens", False),
+            ("reduce-scatter", "sum, then each rank: its tokens", True), ("dropout", "tokens {half} of 8", False)]
 MESH_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52")  # ranks 0 to 3 of the (2, 2) mesh
+
+
+def _draw_steps(ax: Any, steps: list[tuple[str, str, bool]], title: str, backward: bool = False,
+                per_rank: tuple[str, ...] = ("rank",)) -> None:
+    """Draw ``steps`` left to right (right to left if ``backward``): a step named in ``per_rank`` as one box per rank
+    (its text formatted with ``rank`` and ``half``, the tokens that rank holds), any other as one box across both,
+    red where it communicates."""
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 3)
+    ax.axis("off")
+    xs = [0.9 + i * 2.05 for i in range(len(steps))]
+    if backward:
+        xs = xs[::-1]  # backward runs from the output to the input
+    for x, (label, what, communicates) in zip(xs, steps, strict=True):
+        if label in per_rank:
+            for rank, y in ((0, 1.95), (1, 0.55)):
+                text = what.replace("ᵢ", "₀₁"[rank]).format(rank=rank, half=("0-3", "4-7")[rank])
+                ax.add_patch(FancyBboxPatch((x - 0.85, y), 1.7, 0.8, boxstyle="round,pad=0.02",
+                                            facecolor=RANK_COLOURS[rank], edgecolor="black", linewidth=0.6))
+                ax.text(x, y + 0.4, (f"rank {rank}:\n" if label == "rank" else f"{label}, rank {rank}:\n") + text,
+                        ha="center", va="center", fontsize=7, color="white", wrap=True)
+            continue
+        colour = "#F4CCCC" if communicates else "white" if label in "fg" else "lightgray"
+        ax.add_patch(FancyBboxPatch((x - 0.85, 0.55), 1.7, 2.2, boxstyle="round,pad=0.02", facecolor=colour,
+                                    edgecolor="#C00000" if communicates else "black",
+                                    linewidth=1.4 if communicates else 0.6))
+        ax.text(x, 1.85, label, ha="center", va="center", fontsize=11 if len(label) < 4 else 8.5, fontweight="bold")
+        ax.text(x, 1.05, what.replace(": ", ":\n").replace(", then ", ",\nthen "), ha="center", va="center",
+                fontsize=7.5)
+    for left, right in zip(xs, xs[1:], strict=False):
+        ax.annotate("", xy=(right - 0.9 if right > left else right + 0.9, 1.65),
+                    xytext=(left + 0.9 if right > left else left - 0.9, 1.65),
+                    arrowprops={"arrowstyle": "->", "linewidth": 0.8})
+    ax.set_title(title, fontsize=9)
 
 
 def draw_tensor_parallel(axes: Any = None) -> Any:
@@ -25,37 +66,25 @@ def draw_tensor_parallel(axes: Any = None) -> Any:
     computes with its half of A and B; f and g are marked, and the one step of each pass that communicates (an
     all-reduce spanning both ranks) is drawn in red."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
 
     if axes is None:
         _, axes = plt.subplots(2, 1, figsize=(10, 3.6))
     for ax, (name, steps) in zip(axes, TP_STEPS.items(), strict=True):
-        ax.set_xlim(0, 10)
-        ax.set_ylim(0, 3)
-        ax.axis("off")
-        xs = [0.9 + i * 2.05 for i in range(len(steps))]
-        if name == "backward":
-            xs = xs[::-1]  # backward runs from the output to the input
-        for x, (label, what, communicates) in zip(xs, steps, strict=True):
-            if label == "rank":
-                for rank, y in ((0, 1.95), (1, 0.55)):
-                    ax.add_patch(FancyBboxPatch((x - 0.85, y), 1.7, 0.8, boxstyle="round,pad=0.02",
-                                                facecolor=RANK_COLOURS[rank], edgecolor="black", linewidth=0.6))
-                    ax.text(x, y + 0.4, f"rank {rank}:\n" + what.replace("ᵢ", "₀₁"[rank]), ha="center",
-                            va="center", fontsize=7.5, color="white")
-                continue
-            colour = "#F4CCCC" if communicates else "white" if label in "fg" else "lightgray"
-            ax.add_patch(FancyBboxPatch((x - 0.85, 0.55), 1.7, 2.2, boxstyle="round,pad=0.02", facecolor=colour,
-                                        edgecolor="#C00000" if communicates else "black",
-                                        linewidth=1.4 if communicates else 0.6))
-            ax.text(x, 1.85, label, ha="center", va="center", fontsize=11, fontweight="bold")
-            ax.text(x, 1.05, what.replace(": ", ":\n"), ha="center", va="center", fontsize=7.5)
-        for left, right in zip(xs, xs[1:], strict=False):
-            ax.annotate("", xy=(right - 0.9 if right > left else right + 0.9, 1.65),
-                        xytext=(left + 0.9 if right > left else left - 0.9, 1.65),
-                        arrowprops={"arrowstyle": "->", "linewidth": 0.8})
-        ax.set_title(f"{name} pass" + (", from the output back" if name == "backward" else ""), fontsize=9)
+        _draw_steps(ax, steps, f"{name} pass" + (", from the output back" if name == "backward" else ""),
+                    backward=name == "backward")
     return axes
+
+
+def draw_sequence_parallel(ax: Any = None) -> Any:
+    """Draw sequence parallelism's forward pass on two ranks: LayerNorm and dropout on each rank's half of the
+    tokens, an all-gather before the tensor-parallel MLP and a reduce-scatter after it (in red)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 2.2))
+    _draw_steps(ax, SP_STEPS, "sequence parallelism, forward pass: the tokens' layout on each rank",
+                per_rank=("rank", "LayerNorm", "dropout"))
+    return ax
 
 
 def mesh_rows_and_columns(out_features: int, in_features: int, style: str, dp: int, tp: int,

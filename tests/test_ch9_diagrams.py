@@ -20,6 +20,15 @@ def test_each_pass_communicates_once_g_forward_and_f_backward():
     assert labels.index("f") < labels.index("rank") < labels.index("g")  # f before the split layers, g after
 
 
+def test_sequence_parallelism_gathers_before_the_split_mlp_and_reduce_scatters_after():
+    # as the script counts them: TP+SP {'all_gather_into_tensor': 1, 'reduce_scatter_tensor': 1}, no all-reduce
+    labels = [label for label, _, _ in diagrams_parallel.SP_STEPS]
+    communicating = [label for label, _, communicates in diagrams_parallel.SP_STEPS if communicates]
+    assert communicating == ["all-gather", "reduce-scatter"]
+    assert labels.index("LayerNorm") < labels.index("all-gather") < labels.index("rank") < labels.index(
+        "reduce-scatter") < labels.index("dropout")
+
+
 def test_every_element_of_each_weight_is_on_one_rank_of_the_mesh():
     for shape, style in (((64, 16), "colwise"), ((16, 64), "rowwise")):
         held = [(r, c) for rank in range(4)
@@ -35,6 +44,8 @@ def test_every_element_of_each_weight_is_on_one_rank_of_the_mesh():
 def test_the_pictures_draw_their_boxes():
     axes = diagrams_parallel.draw_tensor_parallel()
     assert [len(ax.patches) for ax in axes] == [6, 6]  # X, f, two ranks, g, Y; and backward's
+    ax = diagrams_parallel.draw_sequence_parallel()
+    assert len(ax.patches) == 8  # LayerNorm, MLP and dropout once per rank, the two collectives across both
     axes = diagrams_parallel.draw_mesh_shards()
     assert [len(ax.patches) for ax in axes] == [4, 4]
     plt.close("all")
