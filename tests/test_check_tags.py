@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools.checks import tags as check_tags
+from tools.checks import tags
 
 pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
 
@@ -24,5 +24,5 @@ def test_an_untagged_build_dependent_output_is_listed(tmp_path):
     notebook = new_notebook(cells=[printing_the_cuda_version([]), printing_the_cuda_version(["build-dependent"])])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(notebook, tmp_path / "cells.ipynb")  # one notebook, one kernel: the test stays fast
-    listed = check_tags.untagged_changes("cpu-build", [str(tmp_path)], workers=1)
+    listed = tags.untagged_changes("cpu-build", [str(tmp_path)], workers=1)
     assert len(listed) == 1 and "cells.ipynb code cell 0 (output changed)" in listed[0], listed

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools.checks import timing as check_timing
+from tools.checks import timing
 
 pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
 
@@ -52,7 +52,7 @@ def probe_clock(load: str, extra: dict[str, str] | None = None, code: str = CLOC
     machine (CI builds environments beside make test) reads a stretch off by the pause: 3.44 for 3 once. The
     median of three fresh processes keeps the check exact to its tolerance without timing anything longer.
     """
-    environment = {**os.environ, **check_timing.clock_environment((1.0, 3.0), load), **(extra or {}),
+    environment = {**os.environ, **timing.clock_environment((1.0, 3.0), load), **(extra or {}),
                    "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend")}
     found = [json.loads(subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
                                        check=True, timeout=60).stdout) for _ in range(runs)]
@@ -161,7 +161,7 @@ def test_twice_catches_each_planted_comparison_in_the_run_whose_load_flips_it(tm
         helper(0.1, 0.2, "a < b (2x):"), helper(0.2, 0.1, "a > b (2x):"),
         nested(0.15, 0.435, "a < b (2.9x):"), nested(0.435, 0.15, "a > b (2.9x):"),
         NO_LOAD_CHANGES, RERUN_FACT])
-    status = check_timing.main(["--twice", "--workers", "1", str(tmp_path)])
+    status = timing.main(["--twice", "--workers", "1", str(tmp_path)])
     printed = capsys.readouterr().out
     assert status == 1, printed
     assert "each of 1 notebooks run twice in one kernel: 7 compared cell(s) changed" in printed, printed
@@ -188,7 +188,7 @@ def test_without_twice_a_pass_for_each_load_lists_each_fact_with_its_changed_lin
     plant(tmp_path / "planted.ipynb", [TIMING_FACT, NO_LOAD_CHANGES,
                                        shared(0.1, 0.2, "the first sleep is shorter (2x):"),
                                        shared(0.2, 0.1, "the first sleep is longer (2x):")])
-    status = check_timing.main(["--workers", "1", str(tmp_path)])
+    status = timing.main(["--workers", "1", str(tmp_path)])
     printed = capsys.readouterr().out
     assert status == 1, printed
     assert "3 compared cell(s) changed" in printed, printed
@@ -206,7 +206,7 @@ def test_without_twice_a_pass_for_each_load_lists_each_fact_with_its_changed_lin
 # its own timers. Each test runs what hung before, with a time limit.
 def run_under_slow_clock(code: str, load: str = "early", stretch: tuple[float, float] = (1.0, 3.0),
                          timeout: float = 60) -> subprocess.CompletedProcess:
-    environment = {**os.environ, **check_timing.clock_environment(stretch, load),
+    environment = {**os.environ, **timing.clock_environment(stretch, load),
                    "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend")}
     return subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=environment, capture_output=True,
                           text=True, timeout=timeout)
@@ -308,7 +308,7 @@ def test_torchruns_timers_read_the_real_clock_and_a_ranks_stopwatch_the_stretche
     monkeypatch.setenv("PYTHONPATH", str(REPO / "tools" / "checks" / "pretend"))
     # 100,000 times fast: the agents' rendezvous deadline (join: 600 s) would pass in 6 ms; before the fix node 1's
     # agent gave up at once (RendezvousTimeoutError) and node 0's waited until the launch's timeout
-    for name, value in check_timing.clock_environment((1.0, 1e5), "early").items():
+    for name, value in timing.clock_environment((1.0, 1e5), "early").items():
         monkeypatch.setenv(name, value)
     printed = launch.torchrun_nodes(script, nodes=2, nproc_per_node=1, timeout=60, echo=False)
     assert printed == ["first sleep longer: True\n"] * 2  # each rank's first sleep ran 100,000 times fast

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.envs import colab as colab_stack
+from tools.envs import colab
 from tools.envs.colab import COLAB_PACKAGES, TARGET, TEST_TOOLS, colab_python, colab_requirements, pins
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,10 +63,10 @@ def test_the_committed_list_is_what_the_tool_writes():
 
 def test_another_python_is_refused_with_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
-        colab_stack.interpreter(sys.executable, "2.7")
+        colab.interpreter(sys.executable, "2.7")
     message = str(stop.value)
     assert "needs Colab's Python 2.7" in message and "make test-colab PYTHON=python2.7" in message
     assert "\n" not in message
     with pytest.raises(SystemExit, match="python9.9 was not found"):
-        colab_stack.interpreter("python9.9", "9.9")
-    assert colab_stack.interpreter(sys.executable, f"{sys.version_info[0]}.{sys.version_info[1]}") == sys.executable
+        colab.interpreter("python9.9", "9.9")
+    assert colab.interpreter(sys.executable, f"{sys.version_info[0]}.{sys.version_info[1]}") == sys.executable

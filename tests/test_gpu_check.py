@@ -6,12 +6,12 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from tools.envs import gpu as gpu_check
+from tools.envs import gpu
 
 
 def test_without_a_gpu_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(gpu_check.d2l_ext, "num_gpus", lambda: 0)
-    assert gpu_check.main(["--report", str(tmp_path / "report.md")]) == 0
+    monkeypatch.setattr(gpu.d2l_ext, "num_gpus", lambda: 0)
+    assert gpu.main(["--report", str(tmp_path / "report.md")]) == 0
     assert "no GPU on this machine" in capsys.readouterr().out
     assert not (tmp_path / "report.md").exists()
 
@@ -29,12 +29,12 @@ def test_cells_are_classified_ran_skipped_failed_and_untagged_differences_found(
     notebook = new_notebook(cells=cells)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(notebook, tmp_path / "example.ipynb")
-    result = gpu_check.run_notebook(tmp_path / "example.ipynb")
+    result = gpu.run_notebook(tmp_path / "example.ipynb")
     by_index = {cell.index: cell for cell in result.cells}
-    assert by_index[1].status == "skipped" and by_index[1].text.startswith(gpu_check.SKIP_PREFIX)
+    assert by_index[1].status == "skipped" and by_index[1].text.startswith(gpu.SKIP_PREFIX)
     assert by_index[2].status == "ran" and by_index[2].text == "ran"
     assert by_index[3].differs_untagged and by_index[3].status == "ran"
     assert by_index[4].status == "failed" and "ZeroDivisionError" in by_index[4].text
     assert 0 not in by_index  # an unguarded cell that ran as stored is not listed
-    text = gpu_check.report([result], ["machine"], ["figure"])
+    text = gpu.report([result], ["machine"], ["figure"])
     assert "| 1 | 1 | 1 | 1 |" in text  # guarded ran, skipped; failed cells; untagged differences

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tools.envs import matrix as test_matrix
+from tools.envs import matrix
 from tools.envs.matrix import COMBINED, EACH, Variant
 
 
 def via(run):
     """The matrix's streamed(), made of a fake subprocess.run: the runs these tests fake are called the same way."""
-    return lambda command, env: run(command, cwd=test_matrix.REPO, env=env, capture_output=True, text=True)
+    return lambda command, env: run(command, cwd=matrix.REPO, env=env, capture_output=True, text=True)
 
 def values(variants: list[Variant], key: str) -> set[str | None]:
     """The values (None: unset) that the variants without make test's pins give the environment variable."""
@@ -30,12 +30,12 @@ def test_the_combined_runs_cover_every_single_change():
 
 def test_combined_is_the_default_and_each_is_nine_runs(monkeypatch, tmp_path):
     chosen = []
-    monkeypatch.setattr(test_matrix, "run_variant", lambda variant, folder, remove=False: chosen.append(variant) or
-                        test_matrix.Result(variant, passed=1))
-    assert test_matrix.main(["--report", str(tmp_path / "r.md")]) == 0
+    monkeypatch.setattr(matrix, "run_variant", lambda variant, folder, remove=False: chosen.append(variant) or
+                        matrix.Result(variant, passed=1))
+    assert matrix.main(["--report", str(tmp_path / "r.md")]) == 0
     assert chosen == COMBINED
     chosen.clear()
-    assert test_matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
+    assert matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
     assert chosen == EACH and len(EACH) == 9
     assert "| Python 3.12 (fresh venv) | 1 | 0 |" in (tmp_path / "r.md").read_text()
 
@@ -54,23 +54,23 @@ class Ran:
 
 def test_a_python_variant_builds_a_seeded_venv_when_the_disk_has_room(monkeypatch, tmp_path):
     ran = Ran()
-    monkeypatch.setattr(test_matrix.subprocess, "run", ran)
-    monkeypatch.setattr(test_matrix, "streamed", via(ran))
-    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
-    result = test_matrix.run_variant(COMBINED[0], tmp_path)
+    monkeypatch.setattr(matrix.subprocess, "run", ran)
+    monkeypatch.setattr(matrix, "streamed", via(ran))
+    monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.SEEDED_VENV_GIB + 1)
+    result = matrix.run_variant(COMBINED[0], tmp_path)
     assert "PYTHON=/usr/bin/python3.10" in ran.arguments and "SEED_FROM=.venv" in ran.arguments
     assert (result.passed, result.failed, result.note) == (3, 0, "")
 
 
 def test_a_full_disk_runs_the_settings_on_make_tests_python_and_says_so(monkeypatch, tmp_path):
     ran = Ran()
-    monkeypatch.setattr(test_matrix.subprocess, "run", ran)
-    monkeypatch.setattr(test_matrix, "streamed", via(ran))
-    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: 1.25)
-    monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-python3.10 built there
-    result = test_matrix.run_variant(COMBINED[0], tmp_path)
+    monkeypatch.setattr(matrix.subprocess, "run", ran)
+    monkeypatch.setattr(matrix, "streamed", via(ran))
+    monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(matrix, "free_gib", lambda path: 1.25)
+    monkeypatch.setattr(matrix, "REPO", tmp_path)  # no .venv-python3.10 built there
+    result = matrix.run_variant(COMBINED[0], tmp_path)
     assert not any(a.startswith(("PYTHON=", "VENV=", "SEED_FROM=")) for a in ran.arguments)
     assert "TEST_THREADS=" in ran.arguments  # the variant's other settings still apply
     assert result.note.startswith("python3.10 NOT RUN: 1.2 GiB free")
@@ -84,13 +84,13 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
         calls.append((command, kwargs["env"]))
         return subprocess.CompletedProcess(command, 0, stdout="3 passed in 1.0s\n", stderr="")
 
-    monkeypatch.setattr(test_matrix.subprocess, "run", run)
-    monkeypatch.setattr(test_matrix, "streamed", via(run))
-    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.SEEDED_VENV_GIB + 1)
+    monkeypatch.setattr(matrix.subprocess, "run", run)
+    monkeypatch.setattr(matrix, "streamed", via(run))
+    monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.SEEDED_VENV_GIB + 1)
     variant = next(v for v in COMBINED if v.pretend)
     assert variant.pretend == "cpu-build"  # CI's replacement for a separate `make check-tags --mode cpu-build`
-    test_matrix.run_variant(variant, tmp_path)
+    matrix.run_variant(variant, tmp_path)
     (build, build_env), (notebooks, notebooks_env) = calls
     assert build[2] == "dev" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
     assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
@@ -98,7 +98,7 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")
 
 
-def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_matrix.Result]:
+def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, matrix.Result]:
     """Run the Colab variant with every command recorded (none run) and its venv taken as built."""
     calls = []
 
@@ -116,29 +116,29 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, test_
         error = "" if code == 0 else "ERROR: No matching distribution found for torch==2.14.1\n"
         return subprocess.CompletedProcess(command, code, stdout=printed, stderr=error)
 
-    from tools.envs import colab as colab_stack
-    monkeypatch.setattr(test_matrix.subprocess, "run", run)
-    monkeypatch.setattr(test_matrix, "streamed", via(run))
-    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: test_matrix.COLAB_VENV_GIB + 1)
-    monkeypatch.setattr(colab_stack, "build", lambda python, venv: venv / "bin" / "python")
+    from tools.envs import colab
+    monkeypatch.setattr(matrix.subprocess, "run", run)
+    monkeypatch.setattr(matrix, "streamed", via(run))
+    monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.COLAB_VENV_GIB + 1)
+    monkeypatch.setattr(colab, "build", lambda python, venv: venv / "bin" / "python")
     variant = next(v for v in COMBINED if v.twice)  # CI's replacement for check-timing --twice and test-colab
-    return calls, test_matrix.run_variant(variant, tmp_path)
+    return calls, matrix.run_variant(variant, tmp_path)
 
 
 def test_the_second_combined_run_is_the_twice_pass_on_colabs_packages(monkeypatch, tmp_path):
     calls, result = colab_run(monkeypatch, tmp_path)
     (twice, twice_env), (widgets, _), (resolve, _) = calls
-    colab_python = str(test_matrix.REPO / ".venv-colab" / "bin" / "python")
+    colab_python = str(matrix.REPO / ".venv-colab" / "bin" / "python")
     assert twice == [colab_python, "-m", "tools.checks.timing", "--twice", "--unpinned"]  # not make: no pins installed
     assert twice_env["MKL_CBWR"] == "COMPATIBLE" and twice_env["OMP_NUM_THREADS"] == "1"
     assert widgets[0] == colab_python and widgets[-1] == "tests/test_widgets.py"  # the sliders on ipywidgets 7
-    assert resolve[resolve.index("--python-version") + 1] == test_matrix.COLAB_PYTHON == "3.13"
+    assert resolve[resolve.index("--python-version") + 1] == matrix.COLAB_PYTHON == "3.13"
     assert "--dry-run" in resolve and "--only-binary=:all:" in resolve  # our pins: resolved, not installed
     assert (result.passed, result.failed) == (18, 0)
     assert "requirements.txt resolves to wheels for Python 3.13" in result.note
     listed = "... each of 18 notebooks run twice in one kernel: 3 compared cell(s) changed ..."
-    assert test_matrix.twice_counts(listed) == (18, 3)
+    assert matrix.twice_counts(listed) == (18, 3)
 
 
 def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp_path):
@@ -156,12 +156,12 @@ def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_p
         printed = "each of 18 notebooks run twice in one kernel: 0 compared cell(s) changed\n"
         return subprocess.CompletedProcess(command, 0, stdout=printed if "make" in command else "", stderr="")
 
-    monkeypatch.setattr(test_matrix.subprocess, "run", run)
-    monkeypatch.setattr(test_matrix, "streamed", via(run))
-    monkeypatch.setattr(test_matrix, "find_python", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(test_matrix, "free_gib", lambda path: 2.0)
-    monkeypatch.setattr(test_matrix, "REPO", tmp_path)  # no .venv-colab built there
-    result = test_matrix.run_variant(next(v for v in COMBINED if v.colab), tmp_path)
+    monkeypatch.setattr(matrix.subprocess, "run", run)
+    monkeypatch.setattr(matrix, "streamed", via(run))
+    monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(matrix, "free_gib", lambda path: 2.0)
+    monkeypatch.setattr(matrix, "REPO", tmp_path)  # no .venv-colab built there
+    result = matrix.run_variant(next(v for v in COMBINED if v.colab), tmp_path)
     twice, resolve = calls
     assert twice[:4] == ["make", "--no-print-directory", "check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"]
     assert not any(a.startswith(("PYTHON=", "VENV=")) for a in twice)  # .venv's Python, the settings kept
@@ -174,6 +174,6 @@ def test_a_run_s_progress_lines_are_echoed_as_they_come_and_all_its_output_kept(
     import sys
 
     code = "import sys; print('12:00:00 a.ipynb: run twice'); print('other'); print('err', file=sys.stderr)"
-    done = test_matrix.streamed([sys.executable, "-c", code], dict(os.environ))
+    done = matrix.streamed([sys.executable, "-c", code], dict(os.environ))
     assert (done.returncode, done.stdout, done.stderr) == (0, "12:00:00 a.ipynb: run twice\nother\n", "err\n")
     assert capsys.readouterr().out == "  12:00:00 a.ipynb: run twice\n"  # CI's log shows how far a run got

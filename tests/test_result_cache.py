@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import result_cache as test_cache
+from tools import result_cache
 
 READS_NOTEBOOKS = False  # this module reads only the files it writes in temporary folders
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def keys(files: dict[str, str], environment: str = "env") -> dict[str, str]:
     targets = ["notebooks/a.ipynb", "notebooks/b.ipynb", "tests/test_x.py"]
-    return test_cache.file_keys(files, environment, targets)
+    return result_cache.file_keys(files, environment, targets)
 
 
 FILES = {"notebooks/a.ipynb": "1", "notebooks/b.ipynb": "2", "editions/vi/a.ipynb": "3", "README.md": "4",
@@ -47,7 +47,7 @@ def test_new_or_deleted_files_and_the_environment_change_every_key():
 
 
 def test_a_test_module_reruns_for_a_notebook_unless_it_says_it_reads_none(tmp_path, monkeypatch):
-    monkeypatch.setattr(test_cache, "REPO", tmp_path)
+    monkeypatch.setattr(result_cache, "REPO", tmp_path)
     (tmp_path / "tests").mkdir()
     module = tmp_path / "tests" / "test_x.py"
     module.write_text("def test_one():\n    pass\n")
@@ -59,14 +59,14 @@ def test_a_test_module_reruns_for_a_notebook_unless_it_says_it_reads_none(tmp_pa
 
 
 def test_the_environment_key_follows_variables_packages_and_options_not_the_worker_count(monkeypatch):
-    base = test_cache.environment_key(["tests", "-n", "3"])
-    assert test_cache.environment_key(["tests", "-n", "2"]) == base
-    assert test_cache.environment_key(["tests", "--nbval-lax"]) != base
+    base = result_cache.environment_key(["tests", "-n", "3"])
+    assert result_cache.environment_key(["tests", "-n", "2"]) == base
+    assert result_cache.environment_key(["tests", "--nbval-lax"]) != base
     with monkeypatch.context() as patch:
         patch.setenv("OMP_NUM_THREADS", "7")
-        assert test_cache.environment_key(["tests", "-n", "3"]) != base
+        assert result_cache.environment_key(["tests", "-n", "3"]) != base
     monkeypatch.setenv("UNRELATED_VARIABLE", "x")
-    assert test_cache.environment_key(["tests", "-n", "3"]) == base
+    assert result_cache.environment_key(["tests", "-n", "3"]) == base
 
 
 PASSING = "def test_ok():\n    assert True\n"
@@ -135,10 +135,10 @@ def test_a_partial_run_records_nothing(project):
 def test_a_module_that_says_it_reads_no_notebook_names_none():
     """A wrong READS_NOTEBOOKS = False would let an edited notebook leave a stale pass: such a module must not name
     a notebook, an edition, a markdown file or the folders that hold them."""
-    said = [p for p in sorted((REPO / "tests").glob("test_*.py")) if test_cache.OPTED_OUT.search(p.read_text())]
+    said = [p for p in sorted((REPO / "tests").glob("test_*.py")) if result_cache.OPTED_OUT.search(p.read_text())]
     assert len(said) >= 10
     for path in said:
-        text = test_cache.OPTED_OUT.sub("", path.read_text())
+        text = result_cache.OPTED_OUT.sub("", path.read_text())
         if path.name == "test_result_cache.py":  # its own fake paths name them on purpose, for temporary folders
             continue
         for name in ("notebooks", ".ipynb", "editions", ".md", "README", "glossary", "nbformat"):

@@ -39,7 +39,7 @@ from pathlib import Path
 from tools import REPO
 from tools.checks import PRETEND
 from tools.deadline import not_run, past_deadline
-from tools.envs import colab as colab_stack
+from tools.envs import colab
 from tools.envs.colab import TARGET, colab_python
 from tools.envs.venvs import COLAB_VENV_GIB, SEEDED_VENV_GIB, find_python, free_gib
 
@@ -186,7 +186,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
                        env={**os.environ, **variant.environment})
     if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
         assert python is not None
-        bin_python = str(colab_stack.build(python, venv))
+        bin_python = str(colab.build(python, venv))
         commands = [[bin_python, "-m", "tools.checks.timing", "--twice", "--unpinned"],
                     [bin_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_widgets.py"]]
     else:
@@ -259,7 +259,7 @@ def build_only(variants: list[Variant], margin_gib: float = 12.0) -> int:
             continue
         if variant.colab:
             try:
-                colab_stack.build(python, venv)
+                colab.build(python, venv)
                 built = True
             except subprocess.CalledProcessError:
                 built = False
