@@ -495,7 +495,7 @@ def two_dimensional(device: torch.device) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--fused-qkv", action="store_true",
                         help="run only the transformer block, with q, k and v fused into one layer")
     fused = parser.parse_args().fused_qkv
