@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from d2l_ext import launch
-from tests.test_sharding import load_script
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "notebooks" / "scripts" / "tensor_parallel.py"
 

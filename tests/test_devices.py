@@ -7,16 +7,9 @@ import torch
 
 import d2l_ext
 from d2l_ext import guard
+from tests.helpers import fake_accelerator
 
 READS_NOTEBOOKS = False  # no notebook, edition or markdown file: tools/result_cache.py keys it on code only
-
-
-def fake_accelerator(monkeypatch, kind: str | None, count: int) -> None:
-    """Make torch.accelerator report ``count`` devices of type ``kind`` (None: no accelerator)."""
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: kind is not None)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator",
-                        lambda check_available=False: torch.device(kind or "cuda"))
-    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count if kind else 0)
 
 
 def old_torch(monkeypatch, cuda: int = 0, mps: bool = False) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from d2l_ext import doctor
-from tests.test_devices import fake_accelerator
+from tests.helpers import fake_accelerator
 
 
 def write_chapter(folder, cells):

@@ -13,15 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 pytestmark = pytest.mark.launches  # most tests here start processes (Pythons, kernels, torchrun)
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_make_lab_serves_the_notebooks(tmp_path):

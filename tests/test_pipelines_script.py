@@ -17,7 +17,7 @@ from torch import nn
 
 from d2l_ext import launch, num_gpus
 from d2l_ext.pipeline import Op
-from tests.test_sharding import SCRIPTS, load_script, printed_by
+from tests.helpers import SCRIPTS, load_script, printed_by
 
 SCRIPT = SCRIPTS / "pipelines.py"
 CHAPTER = SCRIPTS.parent / "09_model_parallel.ipynb"

@@ -9,38 +9,12 @@ device-dependent), the scripts are launched here and the checks read what they p
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-import nbformat
 import pytest
 
-from d2l_ext import launch, num_gpus
-
-SCRIPTS = Path(__file__).resolve().parent.parent / "notebooks" / "scripts"
-CHAPTER = SCRIPTS.parent / "08_memory.ipynb"
-
-
-def printed_by(script: str, chapter: Path = CHAPTER, nproc: int = 2) -> str:
-    """Return what ``script`` prints on ``nproc`` processes: launched on a machine with GPUs (NCCL, one GPU per rank
-    when there are enough), else the stored output of ``chapter``'s cell that launches it, which nbval compares."""
-    if num_gpus() > 0:
-        return launch.torchrun(SCRIPTS / script, nproc=nproc, timeout=300, echo=False)
-    cells = [c for c in nbformat.read(chapter, as_version=4).cells
-             if c.cell_type == "code" and f'torchrun("scripts/{script}"' in c.source]
-    assert len(cells) == 1, f"{chapter.name} should launch {script} in one cell, found {len(cells)}"
-    assert "nbval-ignore-output" not in cells[0].metadata.get("tags", []), "its output must be compared"
-    return "".join(o.get("text", "") for o in cells[0].outputs if o.get("name") == "stdout")
-
-
-def load_script(name: str):
-    """Import notebooks/scripts/NAME.py by path (it runs nothing on import)."""
-    spec = importlib.util.spec_from_file_location(f"sharding_{name}", SCRIPTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from d2l_ext import num_gpus
+from tests.helpers import CHAPTER, SCRIPTS, load_script, printed_by  # noqa: F401 (shared)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from d2l_ext import estimate_parallel_memory, launch, num_gpus
-from tests.test_sharding import load_script
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "notebooks" / "scripts" / "tensor_parallel.py"
 CHAPTER = SCRIPT.parent.parent / "09_model_parallel.ipynb"
