@@ -1,7 +1,7 @@
 """Keep every notebook's Colab badge and setup cell, and the README's badges, in line with one address.
 
 The repository's address lives here, in REPOSITORY and BRANCH. A fork changes these two lines, runs
-`make colab` (this script) and then `make outputs`; tests/test_colab.py fails until it has.
+`make colab` (this script) and then `make outputs`; tests/test_colab_cells.py fails until it has.
 
 Each notebook starts with two cells that this script writes:
 - a Markdown cell with an "Open in Colab" badge pointing at the notebook in the repository;
