@@ -6,7 +6,7 @@ made by the Makefile, as on a new machine). Every variant must pass: stored outp
 tolerance, or the notebook prints at a precision that another CPU keeps. What moved, and by how much, is logged
 (`D2L_EXT_DRIFT_LOG`), so the table shows the largest drift each variant caused in a compared number.
 
-It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or a GPU: see CONTRIBUTING.md.
+It cannot cover macOS (Accelerate and MPS), other CPU vendors' vector units, or a GPU: see docs/testing.md.
 
 By default it runs two combined variants (what CI runs): between them they set every value that one of the
 single variants sets (each MKL and oneDNN code path, ATen without vector kernels, 1 and 4 threads) and the
