@@ -80,8 +80,10 @@ def test_a_killed_worker_without_a_restart_fails_and_leaves_nothing(tmp_path, mo
         launch.torchrun_nodes(SURVIVE, nodes=1, nproc_per_node=2, restarts=0, timeout=180, echo=False,
                               args=["--steps", "3", "--every", "1", "--checkpoints", str(tmp_path / "ck"),
                                     "--out", str(tmp_path / "final.pt"), "--kill", "1:2"])
+    # this launch's processes: their command lines name this test's folder (other tests and chapter 11 run
+    # survive.py at the same time, in other folders)
     leftovers = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
-                 if any(str(SURVIVE) in part for part in p.info["cmdline"] or [])]
+                 if any(str(tmp_path) in part for part in p.info["cmdline"] or [])]
     assert leftovers == [], "a worker or an agent outlived the failed launch"
     # torchinductor_<user>: torch's compile cache, which importing DCP creates once and every torch process reuses
     left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("torchinductor_"))
