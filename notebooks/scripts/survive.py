@@ -18,8 +18,13 @@ final parameters to ``--out``, to compare with an uninterrupted run's.
 ``--timeout`` (30 s): how long a collective may wait for a peer. With gloo a dead peer makes the collective fail
 at once. With NCCL (one GPU per worker) it waits until this timeout, when NCCL's watchdog aborts the process
 (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, the default, set by ``join``); only then does torchrun's agent see a failed
-worker and restart. NCCL's default timeout, 10 minutes, would make a lost node cost 10 minutes. A step is printed
-"done" only once the device has finished it: NCCL's collectives return before they complete.
+worker and restart. NCCL's default timeout, 10 minutes, would make a lost node cost 10 minutes. Two heartbeats
+matter too: the rendezvous' keep-alive (the agents'; chapter 11 passes ``keep_alive_interval=1,
+keep_alive_max_attempt=3``), after which the next round drops a lost node; and NCCL's own monitor
+(``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``), which aborts a process whose watchdog stops beating. With error handling 3
+the watchdog does not call into NCCL to abort a communicator, so we expect it not to hang there (not run here;
+PyTorch's "ProcessGroupNCCL Environment Variables" page). A step is printed "done" only once the device has finished
+it: NCCL's collectives return before they complete.
 ``D2L_EXT_LIKE_NCCL=1`` makes a CPU run fail the NCCL way (``d2l_ext.ranks.fail_as_nccl_would``).
 """
 
