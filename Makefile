@@ -147,8 +147,10 @@ check-timing: dev
 
 # This CPU's ridge point under make test's pins, each setting of the matrix and with one core busy: the figures
 # roofline.CPU_RIDGES records and chapter 10 labels its operations against (tools/envs/ridges.py, about a minute)
+# MEASURE_RIDGES_ARGS=--record writes them to d2l_ext/cpu_ridges.json
+MEASURE_RIDGES_ARGS ?=
 measure-ridges: dev
-	$(BIN)/python -m tools.envs.ridges
+	$(BIN)/python -m tools.envs.ridges $(MEASURE_RIDGES_ARGS)
 
 # Every notebook run as Binder runs it (tools/checks/memory.py): a fresh kernel, no test runner in its memory, the
 # kernel and every process it starts in Binder's 2 GiB less 200 MB for the Jupyter server, under the system's own

@@ -20,9 +20,11 @@ know (naming the ones it knows).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -219,20 +221,11 @@ def decode_tokens_per_second(params: float, dtype: str, gpu: str, batch: int = 1
 # ------------------------------------------------------------------------------------------- this machine's
 
 
-# This machine's ridge point (2 cores of an AMD EPYC with 32 MiB of L3), FLOP/B, under each setting CI runs the
-# notebooks with, and with one core busy: tools/envs/ridges.py, 2026-11-27 (the median of three measure_machine
-# calls each). Chapter 10 compares each operation with all of them, so that its labels hold under every setting.
-CPU_RIDGES = {
-    "make test's pins": 4.5,
-    "MKL_CBWR=COMPATIBLE": 2.0,
-    "ONEDNN_MAX_CPU_ISA=AVX2": 4.6,
-    "ATEN_CPU_CAPABILITY=default": 6.3,
-    "OMP_NUM_THREADS=1": 5.0,
-    "OMP_NUM_THREADS=4": 5.5,
-    "MKL default + ATen default + 4 threads": 5.5,
-    "MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread": 1.5,
-    "make test's pins, one core busy": 4.7,
-}
+# This machine's ridge point, FLOP/B, under each setting CI runs the notebooks with, and with one core busy
+# (d2l_ext/cpu_ridges.json, written by `make measure-ridges MEASURE_RIDGES_ARGS=--record`). Chapter 10 compares
+# each operation with all of them, so that its labels hold under every setting.
+CPU_RIDGES_FILE = Path(__file__).resolve().parent / "cpu_ridges.json"
+CPU_RIDGES: dict[str, float] = json.loads(CPU_RIDGES_FILE.read_text(encoding="utf-8"))["ridges"]
 
 
 def side_of_every(intensity: float, ridges: Iterable[float]) -> str:

@@ -201,3 +201,17 @@ def test_a_fork_on_github_runs_ci_on_pull_requests_and_asks_for_the_contributors
         assert command in targets, f"the pull-request template names make {command}, which is not a target"
     for step in ("make outputs", "tools.book.editions sync", "make test", "make check-timing", "make check-memory"):
         assert step in template, f"the pull-request template leaves out {step} (CONTRIBUTING's loop)"
+
+
+@pytest.mark.launches
+def test_the_package_carries_the_data_it_reads(tmp_path):
+    # Colab installs the course without -e: d2l_ext's JSON files (cpu_ridges, memory_peaks) must be in its wheel
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("d2l_ext-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    data = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "d2l_ext").glob("*.json"))
+    assert data and set(data) <= set(names), f"{data} not all in {wheel.name}"

@@ -196,3 +196,19 @@ def test_the_tensor_parallel_threshold_is_the_scaling_books_plus_the_rings_one()
     across = roofline.tp_comm_bound_degree("H100", "bfloat16", 400e9, ffn=28672)
     assert in_node - 1 == pytest.approx(28672 / (989.4e12 / 450e9))
     assert (round(in_node - 1, 1), round(across - 1, 1)) == (13.0, 11.6)
+
+
+def test_the_recorded_ridges_are_the_settings_ci_runs_with(tmp_path):
+    """d2l_ext/cpu_ridges.json (make measure-ridges --record) names every setting tools/envs/ridges.py measures: the
+    matrix's numeric settings, make test's pins, and those pins with one core busy; and --record writes that file."""
+    from tools.envs import ridges
+
+    expected = {*ridges.settings(), "make test's pins, one core busy"}
+    assert set(roofline.CPU_RIDGES) == expected
+    assert all(value > 0 for value in roofline.CPU_RIDGES.values())
+    path = tmp_path / "cpu_ridges.json"
+    path.write_text('{"about": "kept", "measured": "x", "ridges": {}}')
+    ridges.record({"a": 1.5}, path, today="2026-11-29")
+    import json
+
+    assert json.loads(path.read_text()) == {"about": "kept", "measured": "2026-11-29", "ridges": {"a": 1.5}}

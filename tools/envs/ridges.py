@@ -8,9 +8,9 @@ this script measured (``roofline.CPU_RIDGES``), and prints the ridge of its own 
 
 Each setting runs ``roofline.measure_machine()`` three times in a fresh process; the median ridge is reported,
 with the peak and bandwidth of that run. "busy" adds a process spinning on one core beside make test's pins.
-The output ends with the dictionary to paste into d2l_ext/roofline.py.
+``--record`` writes them to d2l_ext/cpu_ridges.json, which ``roofline.CPU_RIDGES`` reads.
 
-Usage: python -m tools.envs.ridges
+Usage: python -m tools.envs.ridges [--record]
 
 Why this module: it measures this CPU under the settings CI uses (tools/envs/matrix.py), which no benchmark
 library knows.
@@ -18,11 +18,14 @@ library knows.
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from tools import REPO as ROOT
 from tools.envs.matrix import COLAB_PYTHON, COMBINED, EACH  # the settings CI runs the notebooks with
@@ -54,7 +57,21 @@ def measure(environment: dict[str, str]) -> tuple[float, float, float]:
     return peak / bandwidth, peak, bandwidth
 
 
-def main() -> None:
+RECORD = ROOT / "d2l_ext" / "cpu_ridges.json"
+
+
+def record(ridges: dict[str, float], path: Path = RECORD, today: str | None = None) -> None:
+    """Write ``ridges`` to ``path`` (d2l_ext/cpu_ridges.json), keeping its "about" line, with today's date."""
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"about": ""}
+    data["measured"] = today or datetime.date.today().isoformat()
+    data["ridges"] = ridges
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--record", action="store_true", help="write the ridges to d2l_ext/cpu_ridges.json")
+    args = parser.parse_args(argv)
     ridges = {}
     chosen = settings()
     spinner = None
@@ -70,7 +87,10 @@ def main() -> None:
         print(f"{name:70} peak {peak / 1e9:6.1f} GFLOP/s  bandwidth {bandwidth / 1e9:5.1f} GB/s  "
               f"ridge {ridge:5.1f} FLOP/B", flush=True)
     print(f"\nridges from {min(ridges.values())} to {max(ridges.values())} FLOP/B "
-          f"(median {statistics.median(ridges.values())})\nCPU_RIDGES = {json.dumps(ridges, indent=4)}")
+          f"(median {statistics.median(ridges.values())})")
+    if args.record:
+        record(ridges)
+        print(f"recorded in {RECORD.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
