@@ -52,14 +52,12 @@ from typing import Any
 
 import nbformat
 from jupyter_client.manager import AsyncKernelManager
-from jupyter_core.utils import run_sync
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from tools import REPO
 from tools.checks.limits import Limit, choose_limit, kill
 from tools.deadline import not_run, past_deadline
-from tools.outputs.run import MEMORY_CELL_TIMEOUT
+from tools.outputs.run import MEMORY_CELL_TIMEOUT, notebook_client
 
 BINDER = 2 * 2**30  # what Binder gives a learner's container: the server, the kernel and what it starts
 SERVER_MARGIN = 200 * 10**6  # left for the Jupyter server
@@ -166,6 +164,20 @@ def cold_caches(folder: str) -> dict[str, str]:
             "TRITON_CACHE_DIR": os.path.join(folder, "triton")}
 
 
+def problem(error: BaseException, where: str, killed: bool, over: bool, limit: int, timeout: int) -> str:
+    """The line that says why a notebook's run failed: over the limit, killed for memory, dead, slow, or raised."""
+    if over:
+        return f"{where}: the kernel and its processes went over the limit ({mib(limit)}) and were stopped"
+    if killed:
+        return f"{where}: the system killed the kernel or a process it started for memory (the limit: {mib(limit)})"
+    if isinstance(error, DeadKernelError):
+        return f"{where}: the kernel died"
+    if isinstance(error, CellTimeoutError):
+        return f"{where}: no result in {timeout} s"
+    last = [line for line in ANSI_CODE.sub("", str(error)).strip().splitlines() if line.strip()]
+    return f"{where} raised: {last[-1] if last else type(error).__name__}"
+
+
 def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LIMIT,
                  kernel_budget: int = KERNEL_BUDGET, timeout: int = MEMORY_CELL_TIMEOUT,
                  drop_cache: bool = True) -> Result:
@@ -226,41 +238,26 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
             entry[1] = max(entry[1], entry[0])
 
     caches = tempfile.TemporaryDirectory(prefix="d2l-check-memory-caches-")  # removed with the kernel
-    client = NotebookClient(notebook, km=kernel, timeout=timeout, record_timing=False, allow_errors=False,
-                            resources={"metadata": {"path": str(path.parent)}}, on_cell_execute=before)
     start = time.perf_counter()
     oom_before = [0]
     sampler = threading.Thread(target=sample, daemon=True)
     kills = 0
     try:
-        client.execute(env={**os.environ, **cold_caches(caches.name)})
-        close_cell()
-    except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as error:
-        close_cell()
-        where = cell_name(notebook, current[0])
-        killed = held.oom_kills() > oom_before[0]
-        if over:
-            result.problems.append(f"{where}: the kernel and its processes went over the limit "
-                                   f"({mib(limit)}) and were stopped")
-        elif killed:
-            result.problems.append(f"{where}: the system killed the kernel or a process it started for memory "
-                                   f"(the limit: {mib(limit)})")
-        elif isinstance(error, DeadKernelError):
-            result.problems.append(f"{where}: the kernel died")
-        elif isinstance(error, CellTimeoutError):
-            result.problems.append(f"{where}: no result in {timeout} s")
-        else:
-            last = [line for line in ANSI_CODE.sub("", str(error)).strip().splitlines() if line.strip()]
-            result.problems.append(f"{where} raised: {last[-1] if last else type(error).__name__}")
-    finally:
-        stop.set()
-        if sampler.is_alive():
-            sampler.join()
-        kills = held.oom_kills() - oom_before[0]
-        if client.kc is not None:
-            client.kc.stop_channels()
-        if kernel.has_kernel:
-            run_sync(kernel.shutdown_kernel)(now=True)
+        with notebook_client(notebook, path, kernel=kernel, timeout=timeout, record_timing=False,
+                             allow_errors=False, on_cell_execute=before) as client:
+            try:
+                client.execute(env={**os.environ, **cold_caches(caches.name)})
+                close_cell()
+            except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as error:
+                close_cell()
+                result.problems.append(problem(error, cell_name(notebook, current[0]), held.oom_kills() >
+                                               oom_before[0], bool(over), limit, timeout))
+            finally:
+                stop.set()
+                if sampler.is_alive():
+                    sampler.join()
+                kills = held.oom_kills() - oom_before[0]
+    finally:  # the kernel is shut down (notebook_client); then its limit goes
         held.close()
         caches.cleanup()
     result.seconds = time.perf_counter() - start

@@ -62,9 +62,8 @@ RECORD = ROOT / "d2l_ext" / "cpu_ridges.json"
 
 def record(ridges: dict[str, float], path: Path = RECORD, today: str | None = None) -> None:
     """Write ``ridges`` to ``path`` (d2l_ext/cpu_ridges.json), keeping its "about" line, with today's date."""
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"about": ""}
-    data["measured"] = today or datetime.date.today().isoformat()
-    data["ridges"] = ridges
+    about = json.loads(path.read_text(encoding="utf-8")).get("about", "") if path.exists() else ""
+    data = {"about": about, "measured": today or datetime.date.today().isoformat(), "ridges": ridges}
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from typing import Any
 
 import nbformat
 from jupyter_client.manager import KernelManager
+from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 from nbval.plugin import get_sanitize_patterns
@@ -108,11 +110,14 @@ def outputs_text(outputs: list, sanitized: bool = True) -> str:
 
 
 @contextlib.contextmanager
-def notebook_client(notebook: nbformat.NotebookNode, path: Path, **options: Any) -> Iterator[NotebookClient]:
-    """Yield an nbclient client for ``notebook`` (read from ``path``) on the kernel nbval would start, in the
-    notebook's folder; the kernel is shut down on the way out. ``options`` go to NotebookClient (timeout: make
-    test's CELL_TIMEOUT)."""
-    kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
+def notebook_client(notebook: nbformat.NotebookNode, path: Path, kernel: Any = None,
+                    **options: Any) -> Iterator[NotebookClient]:
+    """Yield an nbclient client for ``notebook`` (read from ``path``) on the kernel nbval would start (or on
+    ``kernel``, a kernel manager of the caller's: check-memory's starts it inside a memory limit), in the notebook's
+    folder; the kernel is shut down on the way out. ``options`` go to NotebookClient (timeout: make test's
+    CELL_TIMEOUT). The one kernel runner of the tools: refresh, check-timing, check-gpu and check-memory use it."""
+    if kernel is None:
+        kernel = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
     client = NotebookClient(notebook, km=kernel, **{"timeout": CELL_TIMEOUT, **options},
                             resources={"metadata": {"path": str(path.parent)}})
     try:
@@ -120,7 +125,9 @@ def notebook_client(notebook: nbformat.NotebookNode, path: Path, **options: Any)
     finally:
         if client.kc is not None:
             client.kc.stop_channels()
-        kernel.shutdown_kernel(now=True)
+        if kernel.has_kernel:
+            shutdown = kernel.shutdown_kernel
+            (run_sync(shutdown) if inspect.iscoroutinefunction(shutdown) else shutdown)(now=True)
 
 
 # how many times a kernel is started before its start-up failure is an error
