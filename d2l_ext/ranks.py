@@ -66,14 +66,18 @@ def from_every_rank(value: T) -> list[T]:
     return values
 
 
-def join(timeout: float | None = None) -> tuple[int, torch.device, str]:
+def join(timeout: float | None = None, cpu: bool = False) -> tuple[int, torch.device, str]:
     """Join the process group in a process that torchrun started: take this rank's device and backend
     (``rank_device_and_backend``), make a GPU the current one, and bind NCCL to it at once (``device_id``: NCCL
     errors then show here rather than later). Return the local rank, the device and the backend.
     ``timeout`` (seconds): how long a collective may wait before it fails (the default: 10 minutes with NCCL, 30
-    with gloo). Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
+    with gloo). ``cpu``: the CPU over gloo even where there are GPUs (chapter 10.5 times collectives beside CPU step
+    times). Chapter 6.3's scripts/ddp_train.py spells these lines out, since teaching them is its point."""
     local_rank, local_world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    device, backend = rank_device_and_backend(local_rank, local_world_size)
+    if cpu:
+        device, backend = torch.device("cpu"), "gloo"
+    else:
+        device, backend = rank_device_and_backend(local_rank, local_world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if backend == "nccl":  # the default already; set so that the script says what it relies on (see fail_as_nccl_would)

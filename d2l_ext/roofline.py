@@ -28,14 +28,14 @@ from pathlib import Path
 
 import torch
 
-DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
-
-
 # The spec table lives in d2l_ext.hardware, the one source of every hardware figure the course quotes: GPUS are
 # the four rows chapter 10 prints, gpu_spec reads any row of hardware.SPECS.
-from .hardware import GPUS as GPUS  # noqa: E402
-from .hardware import GPUSpec as GPUSpec  # noqa: E402
-from .hardware import gpu_spec as gpu_spec  # noqa: E402
+from .hardware import GPUS as GPUS
+from .hardware import GPUSpec as GPUSpec
+from .hardware import gpu_spec as gpu_spec
+
+DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
+
 
 
 def _positive(**values: float) -> None:

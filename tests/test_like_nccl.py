@@ -110,3 +110,22 @@ def test_chapter_11_under_the_mode_prints_what_its_text_says():
         env={**os.environ, **TEST_ENVIRONMENT, ranks.LIKE_NCCL: "1"})
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def test_join_keeps_a_rank_on_the_cpu_when_asked_even_with_gpus(monkeypatch, tmp_path):
+    """collectives.py --cpu (chapter 10.5): with 2 GPUs reported, join(cpu=True) takes gloo and the CPU, and touches
+    no CUDA call (none would work here)."""
+    from tests.helpers import free_port
+
+    monkeypatch.setattr(ranks.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(ranks.dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(ranks.torch.cuda, "set_device", lambda device: pytest.fail("set_device called"))
+    assert ranks.rank_device_and_backend(0, 1)[1] == "nccl"  # what it would take without cpu=True
+    for name, value in {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "RANK": "0", "WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        local_rank, device, backend = ranks.join(timeout=30, cpu=True)
+        assert (local_rank, device.type, backend, dist.get_backend()) == (0, "cpu", "gloo", "gloo")
+    finally:
+        dist.destroy_process_group()

@@ -81,11 +81,7 @@ def main() -> None:
     parser.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter,all_to_all")
     parser.add_argument("--cpu", action="store_true", help="the CPU and gloo, even where there are GPUs")
     args = parser.parse_args()
-    if args.cpu:
-        dist.init_process_group("gloo")
-        device, backend = torch.device("cpu"), "gloo"
-    else:
-        _, device, backend = join()
+    _, device, backend = join(cpu=args.cpu)
     n = dist.get_world_size()
     say(f"{n} processes over {backend}, each on {device.type}")
     sizes, size = [], 1024
