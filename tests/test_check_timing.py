@@ -315,3 +315,25 @@ def test_torchruns_timers_read_the_real_clock_and_a_ranks_stopwatch_the_stretche
     monkeypatch.setenv("D2L_EXT_SLOW_CLOCK_LOAD", "late")
     printed = launch.torchrun_nodes(script, nodes=1, nproc_per_node=1, timeout=60, echo=False)  # one node: faster
     assert printed == ["first sleep longer: False\n"]  # the fact flips with the load: check-timing finds it
+
+
+def pretending(mode: str, code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a Python whose start-up pretends ``mode`` (D2L_EXT_PRETEND)."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend"), "D2L_EXT_PRETEND": mode}
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+
+
+def test_a_cpu_build_and_stretched_clocks_combine_in_one_run():
+    code = ("import time, torch; print(torch.version.cuda, torch.__version__.endswith('+cpu'), "
+            "type(time.perf_counter).__name__, type(time.sleep).__name__)")
+    assert pretending("cpu-build,slow-clock", code).stdout.split() == ["None", "True", "function",
+                                                                      "builtin_function_or_method"]
+    assert pretending("slow-clock", code).stdout.split()[2] == "function"  # the clocks alone: torch as built
+    assert pretending("cpu-build", code).stdout.split()[2] == "builtin_function_or_method"  # the build alone
+
+
+@pytest.mark.parametrize("mode", ["cpu-build,gpu", "slow-clok"])
+def test_pretending_two_builds_or_an_unknown_mode_stops_at_once(mode):
+    done = pretending(mode, "print('ran')")
+    assert done.returncode != 0 and "ran" not in done.stdout
+    assert f"D2L_EXT_PRETEND={mode!r}: expected" in done.stderr

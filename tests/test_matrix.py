@@ -88,12 +88,14 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     monkeypatch.setattr(matrix, "streamed", via(run))
     monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.SEEDED_VENV_GIB + 1)
-    variant = next(v for v in COMBINED if v.pretend)
-    assert variant.pretend == "cpu-build"  # CI's replacement for a separate `make check-tags --mode cpu-build`
+    variant = next(v for v in COMBINED if "cpu-build" in v.pretend)
+    # CI's replacement for a separate `make check-tags --mode cpu-build` and a check-timing pass, load early
+    assert variant.pretend == "cpu-build,slow-clock"
     matrix.run_variant(variant, tmp_path)
     (build, build_env), (notebooks, notebooks_env) = calls
     assert build[2] == "dev" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
-    assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build"
+    assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build,slow-clock"
+    assert notebooks_env["D2L_EXT_SLOW_CLOCK_LOAD"] == "early"
     assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")
 
@@ -106,11 +108,8 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, matri
         import subprocess
         calls.append((command, kwargs.get("env")))
         printed, code = "", 0
-        if "tools.checks.timing" in command:
-            printed = ("clocks stretched 1x to 3x (seed 0), each of 18 notebooks run twice in one kernel: "
-                       "0 compared cell(s) changed, in 200 s\n")
-        elif "tests/test_widgets.py" in command:
-            printed = "2 passed in 1.0s\n"
+        if "tests/test_widgets.py" in command:
+            printed = "........ [100%]\n300 passed in 200.0s\n"
         elif "--dry-run" in command and not resolves:
             code = 1
         error = "" if code == 0 else "ERROR: No matching distribution found for torch==2.14.1\n"
@@ -122,23 +121,27 @@ def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, matri
     monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.COLAB_VENV_GIB + 1)
     monkeypatch.setattr(colab, "build", lambda python, venv: venv / "bin" / "python")
-    variant = next(v for v in COMBINED if v.twice)  # CI's replacement for check-timing --twice and test-colab
+    variant = next(v for v in COMBINED if v.colab)  # CI's replacement for test-colab and a check-timing pass
     return calls, matrix.run_variant(variant, tmp_path)
 
 
-def test_the_second_combined_run_is_the_twice_pass_on_colabs_packages(monkeypatch, tmp_path):
+def test_the_second_combined_run_is_a_late_load_pass_on_colabs_packages(monkeypatch, tmp_path):
     calls, result = colab_run(monkeypatch, tmp_path)
-    (twice, twice_env), (widgets, _), (resolve, _) = calls
+    (tests, tests_env), (resolve, _) = calls
     colab_python = str(matrix.REPO / ".venv-colab" / "bin" / "python")
-    assert twice == [colab_python, "-m", "tools.checks.timing", "--twice", "--unpinned"]  # not make: no pins installed
-    assert twice_env["MKL_CBWR"] == "COMPATIBLE" and twice_env["OMP_NUM_THREADS"] == "1"
-    assert widgets[0] == colab_python and widgets[-1] == "tests/test_widgets.py"  # the sliders on ipywidgets 7
+    assert tests[:3] == [colab_python, "-m", "pytest"]  # not make: its env target would install our pins there
+    assert "--nbval" in tests and tests[-2:] == ["notebooks", "tests/test_widgets.py"]  # the sliders: ipywidgets 7
+    assert tests_env["MKL_CBWR"] == "COMPATIBLE" and tests_env["OMP_NUM_THREADS"] == "1"
+    assert tests_env["D2L_EXT_PRETEND"] == "slow-clock" and tests_env["D2L_EXT_SLOW_CLOCK_LOAD"] == "late"
     assert resolve[resolve.index("--python-version") + 1] == matrix.COLAB_PYTHON == "3.13"
     assert "--dry-run" in resolve and "--only-binary=:all:" in resolve  # our pins: resolved, not installed
-    assert (result.passed, result.failed) == (18, 0)
+    assert (result.passed, result.failed) == (300, 0)
     assert "requirements.txt resolves to wheels for Python 3.13" in result.note
-    listed = "... each of 18 notebooks run twice in one kernel: 3 compared cell(s) changed ..."
-    assert matrix.twice_counts(listed) == (18, 3)
+
+
+def test_the_two_combined_runs_stretch_the_clocks_on_both_sides_of_each_cells_turn():
+    loads = {v.environment.get("D2L_EXT_SLOW_CLOCK_LOAD") for v in COMBINED if "slow-clock" in v.pretend}
+    assert loads == {"early", "late"}  # a stopwatch fact flips in one of them, as under make check-timing
 
 
 def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp_path):
@@ -147,13 +150,13 @@ def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp
     assert "pip could NOT resolve requirements.txt for Python 3.13: ERROR: No matching distribution" in result.note
 
 
-def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_python(monkeypatch, tmp_path):
+def test_without_disk_for_colabs_environment_its_pass_runs_on_make_tests_python(monkeypatch, tmp_path):
     calls = []
 
     def run(command, **kwargs):
         import subprocess
         calls.append(command)
-        printed = "each of 18 notebooks run twice in one kernel: 0 compared cell(s) changed\n"
+        printed = "18 passed in 100.0s\n"
         return subprocess.CompletedProcess(command, 0, stdout=printed if "make" in command else "", stderr="")
 
     monkeypatch.setattr(matrix.subprocess, "run", run)
@@ -162,9 +165,10 @@ def test_without_disk_for_colabs_environment_the_twice_pass_runs_on_make_tests_p
     monkeypatch.setattr(matrix, "free_gib", lambda path: 2.0)
     monkeypatch.setattr(matrix, "REPO", tmp_path)  # no .venv-colab built there
     result = matrix.run_variant(next(v for v in COMBINED if v.colab), tmp_path)
-    twice, resolve = calls
-    assert twice[:4] == ["make", "--no-print-directory", "check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"]
-    assert not any(a.startswith(("PYTHON=", "VENV=")) for a in twice)  # .venv's Python, the settings kept
+    build, notebooks, resolve = calls  # .venv's make dev first, without the pretence
+    assert build[:3] == ["make", "--no-print-directory", "dev"]
+    assert notebooks[:3] == ["make", "--no-print-directory", "notebooks"]
+    assert not any(a.startswith(("PYTHON=", "VENV=")) for a in notebooks)  # .venv's Python, the settings kept
     assert "--dry-run" in resolve  # our pins on Colab's Python are still resolved
     assert result.note.startswith(".venv-colab NOT RUN: 2.0 GiB free") and result.passed == 18
 
@@ -173,7 +177,36 @@ def test_a_run_s_progress_lines_are_echoed_as_they_come_and_all_its_output_kept(
     import os
     import sys
 
-    code = "import sys; print('12:00:00 a.ipynb: run twice'); print('other'); print('err', file=sys.stderr)"
+    code = "import sys; print('..F.. [ 12%]'); print('other'); print('err', file=sys.stderr)"
     done = matrix.streamed([sys.executable, "-c", code], dict(os.environ))
-    assert (done.returncode, done.stdout, done.stderr) == (0, "12:00:00 a.ipynb: run twice\nother\n", "err\n")
-    assert capsys.readouterr().out == "  12:00:00 a.ipynb: run twice\n"  # CI's log shows how far a run got
+    assert (done.returncode, done.stdout, done.stderr) == (0, "..F.. [ 12%]\nother\n", "err\n")
+    assert capsys.readouterr().out == "  ..F.. [ 12%]\n"  # CI's log shows how far a run got
+
+
+# pytest's report of a failed notebook cell, as nbval words it (shortened)
+FAILED_RUN = """........F.. [ 50%]
+=================================== FAILURES ===================================
+_____________________ notebooks/07_profiling.ipynb::Cell 8 _____________________
+Notebook cell execution failed
+Cell 8: Cell outputs differ
+
+Input:
+with profile(activities=activities, with_stack=True,
+
+Expected:
+
+Got:
+    a warning
+=========================== short test summary info ============================
+FAILED notebooks/07_profiling.ipynb::Cell 8
+1 failed, 10 passed in 3.0s
+"""
+
+
+def test_a_failed_runs_log_shows_the_cells_stored_and_fresh_lines():
+    shown = matrix.failure_excerpt("setting up\n" * 50 + FAILED_RUN)
+    assert shown[0].startswith("=====") and "FAILURES" in shown[0]
+    assert "    a warning" in shown and shown[-1] == "1 failed, 10 passed in 3.0s"  # what CI's log lacked at stop 53
+    assert matrix.failure_excerpt("a\nb\n") == ["a", "b"]  # no report: the last lines
+    long = matrix.failure_excerpt("=== FAILURES ===\n" + "x\n" * 500, most=40)
+    assert len(long) == 40 and "lines left out" in long[30]

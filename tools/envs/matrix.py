@@ -18,7 +18,7 @@ drift each caused); `--only` picks runs by name.
 
 Usage: python -m tools.envs.matrix [--each] [--only NAME[,NAME...]] [--list] [--report build/test-matrix.md]
 
-Why not nox or tox: they could make the venvs, but not the combined variants, the pretend runs, the twice runs,
+Why not nox or tox: they could make the venvs, but not the combined variants, the pretend runs,
 the drift table or the disk fallback; tox handles variants made of environment variables badly.
 """
 
@@ -42,6 +42,7 @@ from tools.deadline import not_run, past_deadline
 from tools.envs import colab
 from tools.envs.colab import TARGET, colab_python
 from tools.envs.venvs import COLAB_VENV_GIB, SEEDED_VENV_GIB, find_python, free_gib
+from tools.outputs.run import NBVAL_OPTIONS
 
 COLAB_PYTHON = colab_python(TARGET.read_text())  # the Python of Colab's runtime, which tests/envs/colab.txt names
 
@@ -54,8 +55,9 @@ class Variant:
     environment: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # another interpreter: a fresh venv is made with it by `make dev`
     pins: bool = False  # keep make test's pins (Makefile's NUMERIC_ENV and TEST_THREADS)
-    pretend: str = ""  # torch made to report another build (tools/checks/pretend/sitecustomize.py), as check_tags does
-    twice: bool = False  # run by tools/checks/timing.py --twice --unpinned (check-timing --twice), not by nbval
+    # D2L_EXT_PRETEND (tools/checks/pretend/sitecustomize.py): torch made to report another build, as check_tags
+    # does, or the clocks stretched, as check_timing does; modes joined by commas
+    pretend: str = ""
     colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/envs/colab.py
 
 
@@ -87,22 +89,27 @@ EACH = [
 # Python are resolved by pip without installing them (binary wheels for every pin); the notebooks run on our pins
 # under 3.10 here, 3.11 in make test and 3.12 and 3.13 with --each.
 #
-# The second runs each notebook twice in one kernel with every clock stretched adversarially (3x before each cell's
-# turn in the first run, 3x after it in the second), both runs compared (what
-# `make check-timing --twice` checks, tools/checks/timing.py --twice): stretched clocks change only what
-# a clock reports, a second run only what a cell left behind, a numeric setting only numbers.
+# Both run with every clock stretched adversarially (tools/checks/pretend/sitecustomize.py, slow-clock: 3x on one
+# side of each cell's turn), the load early in each cell in the first run and late in the second: what
+# `make check-timing` checks in two passes of its own. A compared fact derived from a stopwatch flips in one of
+# them. Stretched clocks change only what a clock reports, a numeric setting only numbers.
 # The first also runs with torch reporting a CPU-only build (macOS, `+cpu` wheels), which `make check-tags
 # --mode cpu-build` does on its own: there, cells tagged build-dependent are not compared, and any other cell that
 # changes or raises fails, as it would for a learner with that build. A build can change only what torch reports,
-# a numeric setting only numbers, so the two do not hide each other; a failure is attributed by running
-# `make check-tags --mode cpu-build` and `--each`. CI then needs no separate cpu-build run of the whole suite.
+# so none of the three hides another; a failure is attributed by running `make check-tags --mode cpu-build`,
+# `make check-timing` and `--each`. CI then needs no separate cpu-build or timing pass of the whole suite.
+# Running each notebook twice in one kernel (a learner's second Run All) is `make check-timing --twice`'s, for
+# contributors (CONTRIBUTING.md says when): it costs a whole pass, and issue 45 took it out of CI.
 COMBINED = [
-    Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build",
-            {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4"}, python="python3.10", pretend="cpu-build"),
+    Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build + clocks "
+            "stretched, load early",
+            {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4", "D2L_EXT_SLOW_CLOCK_LOAD": "early"},
+            python="python3.10", pretend="cpu-build,slow-clock"),
     Variant(f"Colab's packages on Python {COLAB_PYTHON} + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread + "
-            "clocks stretched, run twice",
-            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"},
-            python=f"python{COLAB_PYTHON}", twice=True, colab=True),
+            "clocks stretched, load late",
+            {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+             "D2L_EXT_SLOW_CLOCK_LOAD": "late"},
+            python=f"python{COLAB_PYTHON}", pretend="slow-clock", colab=True),
 ]
 VARIANTS = EACH + COMBINED
 
@@ -123,15 +130,9 @@ def counts(output: str) -> tuple[int, int]:
     return found.get("passed", 0), found.get("failed", 0) + found.get("error", 0) + found.get("errors", 0)
 
 
-def twice_counts(output: str) -> tuple[int, int]:
-    """Return (notebooks run twice, compared cells listed) from tools/checks/timing.py --twice's summary line."""
-    found = re.search(r"each of (\d+) notebooks run twice in one kernel: (\d+) compared cell", output)
-    return (int(found[1]), int(found[2])) if found else (0, 0)
-
-
-# the lines of a run that say how far it got (check-timing --twice: one per notebook), shown as they come: CI keeps
+# the lines of a run that say how far it got (pytest -q's, each with its percentage), shown as they come: CI keeps
 # only this log, and a run that outlasts CI's time limit is otherwise silent until it is killed
-PROGRESS = re.compile(r"^\s*\d\d:\d\d:\d\d ")
+PROGRESS = re.compile(r"^\S+\s+\[\s*\d+%\]$")
 
 
 def streamed(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
@@ -181,25 +182,22 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     if not variant.pins:
         arguments += ["NUMERIC_ENV=PYTHONHASHSEED=0", "TEST_THREADS="]  # drop the pins and the one-thread rule
     start = time.perf_counter()
-    if variant.pretend:  # the environment is built first, by a pip that must not import the pretending torch
+    if variant.pretend and not variant.colab:  # the environment is built first, by a pip that must not import the
+        # pretending torch (Colab's is built by colab.build, below, without the pretence)
         subprocess.run(["make", "--no-print-directory", "dev", *arguments], cwd=REPO, check=True,
                        env={**os.environ, **variant.environment})
     if variant.colab:  # not through make: its `env` target would install our pins into Colab's environment
         assert python is not None
         bin_python = str(colab.build(python, venv))
-        commands = [[bin_python, "-m", "tools.checks.timing", "--twice", "--unpinned"],
-                    [bin_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_widgets.py"]]
+        # make test-colab's command (tools/envs/colab.py): the notebooks and the sliders' tests on ipywidgets 7
+        commands = [[bin_python, "-m", "pytest", *NBVAL_OPTIONS, "-n", "2", "--dist", "loadfile", "-q", "-p",
+                     "no:cacheprovider", "notebooks", "tests/test_widgets.py"]]
     else:
-        target = ["check-timing", "CHECK_TIMING_ARGS=--twice --unpinned"] if variant.twice else ["notebooks"]
-        commands = [["make", "--no-print-directory", *target, *arguments]]
+        commands = [["make", "--no-print-directory", "notebooks", *arguments]]
     runs = [streamed(command, environment) for command in commands]
     result.seconds = time.perf_counter() - start
     output = "".join(done.stdout + done.stderr for done in runs)
-    result.passed, result.failed = twice_counts(runs[0].stdout) if variant.twice else counts(output)
-    if len(runs) > 1:  # the sliders' tests on Colab's ipywidgets 7
-        passed, failed = counts(runs[1].stdout + runs[1].stderr)
-        result.note = f"sliders' tests on Colab's ipywidgets: {passed} passed, {failed} failed"
-        result.failed += failed
+    result.passed, result.failed = counts(output)
     if result.variant.colab:  # our pins on Colab's Python, which no run here installs
         resolved, said = pins_resolve(COLAB_PYTHON)
         result.note = "; ".join(filter(None, [result.note, said]))
@@ -210,8 +208,8 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         failure = "; ".join(failures[:5]) or output.strip().splitlines()[-1][:200]
         result.note = f"{result.note}; {failure}" if result.note else failure
         (log_folder / (drift_log.stem + ".log")).write_text(output)
-        print("  the last lines it printed (CI keeps no log folder):\n    "
-              + "\n    ".join(output.strip().splitlines()[-20:]), flush=True)
+        print("  what failed, as pytest showed it (CI keeps no log folder):\n    "
+              + "\n    ".join(failure_excerpt(output)), flush=True)
     if remove_venv and fresh:
         shutil.rmtree(venv, ignore_errors=True)
     drifts = [json.loads(line)["drift"] for line in drift_log.read_text().splitlines()] if drift_log.exists() else []
@@ -219,9 +217,19 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     result.largest_drift = max(numeric, default=0.0)
     if any(d is None for d in drifts):
         result.note += " (some compared texts differed in words: see the log)"
-    if variant.twice:
-        result.note += " (passed: notebooks, each run twice; no drift is logged by check-timing)"
     return result
+
+
+def failure_excerpt(output: str, most: int = 120) -> list[str]:
+    """Return pytest's report of what failed in ``output`` (its FAILURES section, where nbval shows each changed
+    cell's stored and fresh lines, then its short summary), at most ``most`` lines; else its last 20 lines."""
+    lines = output.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"^=+ (FAILURES|ERRORS) =+$", line)), None)
+    if start is None:
+        return lines[-20:]
+    shown = lines[start:]
+    return shown if len(shown) <= most else [*shown[:most - 10], f"... ({len(shown) - most} lines left out)",
+                                              *shown[-9:]]
 
 
 def pins_resolve(version: str) -> tuple[bool, str]:

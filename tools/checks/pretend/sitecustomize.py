@@ -2,7 +2,8 @@
 tools/checks/timing.py (never imported by the course itself).
 
 Python imports this module at start-up when its folder is on PYTHONPATH. With D2L_EXT_PRETEND set it changes
-what torch *reports*, not what it computes, or what the clocks report:
+what torch *reports*, not what it computes, or what the clocks report (modes joined by commas combine, as
+``cpu-build,slow-clock`` in make test-matrix's first run; ``cpu-build`` and ``gpu`` exclude each other):
 
 - ``cpu-build``: a CPU-only wheel (macOS, or ``+cpu``): no CUDA version, and CUDA calls raise AssertionError.
 - ``gpu``: one CUDA GPU is reported; anything that really touches it still fails, as there is none.
@@ -13,7 +14,7 @@ what torch *reports*, not what it computes, or what the clocks report:
   it; with ``D2L_EXT_SLOW_CLOCK_SWITCH_AFTER=N`` a kernel's cells numbered above N (its second Run All) take the
   other one, and the processes they start inherit it. A cell's turn is its first clock reading that comes at
   least 1 ms after the cell's first reading and from another place in the notebook's own code than the reading
-  before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. torch is not imported. torchrun's agent
+  before it (see `install_slow_clock`). ``time.sleep`` sleeps as asked. It alone imports no torch. torchrun's agent
   keeps the real clocks, as its timers are not what the check is for; the workers it starts or forks stretch
   theirs (`install_in_workers`).
 
@@ -26,6 +27,11 @@ import os
 import sys
 
 MODE = os.environ.get("D2L_EXT_PRETEND", "")
+MODES = {mode.strip() for mode in MODE.split(",") if mode.strip()}
+KNOWN = {"cpu-build", "gpu", "slow-clock"}
+if MODES - KNOWN or {"cpu-build", "gpu"} <= MODES:
+    raise SystemExit(f"D2L_EXT_PRETEND={MODE!r}: expected 'cpu-build', 'gpu' or 'slow-clock', or 'slow-clock' with "
+                     "one of the others, joined by a comma")
 
 
 TURN_AFTER = 0.001  # seconds from a cell's first clock reading before its turn can come
@@ -185,7 +191,7 @@ def install_in_workers(install) -> None:
     os.register_at_fork(after_in_child=install)
 
 
-if MODE == "slow-clock":
+if "slow-clock" in MODES:
     low, high = (float(x) for x in os.environ.get("D2L_EXT_SLOW_CLOCK_RANGE", "1,3").split(","))
     if not 1 <= low <= high:
         raise SystemExit(f"D2L_EXT_SLOW_CLOCK_RANGE: expected 'low,high' with 1 <= low <= high, not {low},{high}")
@@ -198,11 +204,11 @@ if MODE == "slow-clock":
                                                       launcher=vars(sys.modules["__main__"])))
     else:
         install_slow_clock(low, high, load, int(switch_after) if switch_after else None)
-elif MODE:
+if MODES & {"cpu-build", "gpu"}:
     import torch
     from torch.torch_version import TorchVersion
 
-    if MODE == "cpu-build":
+    if "cpu-build" in MODES:
 
         def _not_compiled(*args, **kwargs):
             raise AssertionError("Torch not compiled with CUDA enabled")
@@ -212,12 +218,10 @@ elif MODE:
         torch.backends.cuda.is_built = lambda: False
         torch.cuda._lazy_init = _not_compiled
         torch.accelerator.current_accelerator = lambda check_available=False: None
-    elif MODE == "gpu":
+    else:  # gpu
         torch.cuda.is_available = lambda: True
         torch.cuda.device_count = lambda: 1
         torch.accelerator.is_available = lambda: True
         torch.accelerator.device_count = lambda: 1
         torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
         torch.accelerator.current_device_index = lambda: 0
-    else:
-        raise SystemExit(f"D2L_EXT_PRETEND={MODE!r}: expected 'cpu-build', 'gpu' or 'slow-clock'")
