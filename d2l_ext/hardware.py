@@ -7,6 +7,8 @@ FLOP/s. Nothing here was measured by the course.
 - ``SPECS``: the spec sheets of the GPUs the course knows, dense peak FLOP/s per dtype, memory, its bandwidth and
   the GPU-to-GPU link; ``GPUS``: the four that chapter 10 compares (``roofline`` reads them), ``gpu_spec`` reads
   any row;
+- ``SM_LIMITS``: what one SM of an H100 and an A100 holds at once (registers, shared memory, warps, blocks),
+  for chapter 12's occupancy;
 - ``RECORDED``: measured figures (busbw, the largest matrix product reached (MAMF), MFU, host copies, a
   cluster's throughput); ``recorded`` finds one;
 - ``figures``: every figure of one model, spec and recorded, as ``Figure`` records (value, unit, what it
@@ -108,6 +110,34 @@ SPECS = {
 }
 GPUS = {name: SPECS[name] for name in ("T4", "A100", "H100", "MI300X")}
 
+
+@dataclass(frozen=True)
+class SMLimits:
+    """What one streaming multiprocessor holds at once (chapter 12's occupancy): 32-bit registers, shared memory
+    in bytes, warps and blocks; registers are given to a warp in units of ``register_unit``, and each block uses
+    ``shared_reserved_per_block`` bytes of shared memory more than it asks for. ``sms``: SMs on the GPU."""
+
+    registers: int
+    register_unit: int
+    shared: int
+    shared_reserved_per_block: int
+    max_warps: int
+    max_blocks: int
+    sms: int
+    source: str
+
+
+_CUDA_GUIDE = ("NVIDIA CUDA C++ Programming Guide, Compute Capabilities, table 'Technical Specifications per Compute "
+               "Capability' (65,536 32-bit registers per SM, 64 warps and 32 blocks per SM; shared memory per SM "
+               "228 KB on 9.0, 164 KB on 8.0) and its note that the driver reserves 1 KB of shared memory per block; "
+               "the register allocation unit, 256 per warp, is the CUDA Occupancy Calculator's")
+SM_LIMITS = {
+    "H100": SMLimits(65536, 256, 228 * 1024, 1024, 64, 32, 132,
+                     _CUDA_GUIDE + "; 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5"),
+    "A100": SMLimits(65536, 256, 164 * 1024, 1024, 64, 32, 108,
+                     _CUDA_GUIDE + "; 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper"),
+}
+
 _TENSOR_DTYPES = ("tf32", "float16", "bfloat16")
 _NCCL = ("NVIDIA/nccl-tests#212 and NVIDIA/nccl#1442 (an NCCL maintainer): 450 GB/s is NVLink 4's line rate one "
          "way (900 both ways); NCCL reaches about 370 GB/s each way (busbw with NCCL_ALGO=RING), and all-reduce with "
@@ -119,6 +149,8 @@ _MEGATRON = ("Shoeybi et al. 2019, Megatron-LM: an 8.3-billion-parameter GPT-2 o
 _BANDWIDTH_TEST = "CUDA sample bandwidthTest, 32 MB, quick mode"
 _T4_V100 = f"{_BANDWIDTH_TEST}: GitHub router-gao/cuda-demo, cuda-samples/02-cuda-bandwidth.md"
 _A100_HOSTS = f"{_BANDWIDTH_TEST}: GitHub gengwg/gpu, nvda_gpu_benchmark.md (a DGX A100 and a Dell server)"
+_FLASH3 = ("Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024, FlashAttention-3: Fast and Accurate Attention with "
+           "Asynchrony and Low-precision, abstract: 'FP16 reaching up to 740 TFLOPs/s (75% utilization)' on H100")
 _PICOTRON = "huggingface/picotron README (the Ultra-Scale Playbook's training code)"
 
 
@@ -140,6 +172,8 @@ RECORDED: dict[str, tuple[Figure, ...]] = {
         Figure(794.5, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), H100 SXM", _MAMF),
         Figure(38, "%", "measured: MFU training LLaMA-2-7B on 64 H100s", _PICOTRON),
         Figure(50, "%", "measured: MFU (nearly) training SmolLM-1.7B on 8 H100s", _PICOTRON),
+        Figure(740, "TFLOP/s", "measured: FlashAttention-3 forward in FP16, H100 SXM5 (75% of the peak)",
+               _FLASH3),
     ),
     "A100": (Figure(271.2, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), A100 SXM", _MAMF),
              *_copies(_A100_HOSTS, "A100-SXM4-80GB, DGX A100", h2d_pageable=10.0, h2d_pinned=25.7,

@@ -98,9 +98,10 @@ def test_the_recorded_measurements_are_the_sources_figures():
     assert values("H100", "GB/s") == {370, 480, 380}  # nccl-tests#212 (rings, NVLS), nccl#1264 one direction
     assert 783 not in values("H100", "GB/s")  # nccl#1264's two-direction copy is not a busbw
     assert values("H100", "TFLOP/s") | values("A100", "TFLOP/s") | values("MI300X", "TFLOP/s") == {
-        794.5, 271.2, 668.4}
+        794.5, 271.2, 668.4, 740}  # MAMF (three), FlashAttention-3's FP16 forward on an H100 (chapter 12)
     assert values("V100", "PFLOP/s") == {15.1} and values("V100", "GPUs") == {512} and values("V100", "%") == {76}
     assert values("H100", "%") == {38, 50}  # picotron's MFU on 64 and on 8 H100s
+    assert "740 TFLOPs/s (75% utilization)" in hardware.recorded("H100", "FlashAttention-3").source
     # bandwidthTest's host copies, 32 MB: chapter 3 quotes them; pinned is faster than pageable on every host
     assert values("T4", "GB/s") == {9.7, 11.1} and {9.6, 11.4} <= values("V100", "GB/s")
     copies = {f.measures.split(",")[0]: f.value for f in hardware.RECORDED["A100 PCIe 80GB"]}

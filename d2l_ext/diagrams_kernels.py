@@ -1,0 +1,112 @@
+"""Chapter 12's pictures: a grid of blocks and threads, a Triton program's tiles, coalesced against strided
+loads, and the software pipeline's stages. Each function draws on a new figure and returns it."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+_ON, _OFF, _EDGE = "#9ecae1", "#eeeeee", "#555555"
+
+
+def _box(ax, x, y, w, h, color, text="", size=7, edge=_EDGE):
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor=edge, linewidth=0.8))
+    if text != "":
+        ax.text(x + w / 2, y + h / 2, str(text), ha="center", va="center", fontsize=size)
+
+
+def _frame(ax, width, height):
+    ax.set_xlim(-0.5, width + 0.5)
+    ax.set_ylim(-0.8, height + 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+def draw_grid(blocks: int = 3, threads: int = 8, n: int = 20):
+    """Draw a grid of ``blocks`` blocks of ``threads`` threads over ``n`` elements: each thread's global index
+    ``blockIdx.x * blockDim.x + threadIdx.x``; threads past ``n`` greyed (the ``if i < n`` guard)."""
+    fig, ax = plt.subplots(figsize=(10, 2.4))
+    for b in range(blocks):
+        x0 = b * (threads + 1)
+        _box(ax, x0 - 0.2, -0.2, threads + 0.4, 2.0, "white")
+        ax.text(x0 + threads / 2, 1.95, f"block {b} (blockIdx.x = {b})", ha="center", va="bottom", fontsize=8)
+        for t in range(threads):
+            i = b * threads + t
+            _box(ax, x0 + t, 0.9, 1, 0.7, _ON if i < n else _OFF, t)
+            _box(ax, x0 + t, 0.0, 1, 0.7, _ON if i < n else _OFF, i)
+    ax.text(-0.4, 1.25, "threadIdx.x", ha="right", va="center", fontsize=7)
+    ax.text(-0.4, 0.35, "i", ha="right", va="center", fontsize=7)
+    ax.set_title(f"a grid of {blocks} blocks x {threads} threads over n = {n} (grey: i >= n, does nothing)",
+                 fontsize=9)
+    _frame(ax, blocks * (threads + 1), 2.3)
+    return fig
+
+
+def draw_tiles(n: int = 20, block: int = 8, m: int = 4, grid_n: int = 3):
+    """Draw a Triton program's tile: left, a vector cut into programs of ``block`` lanes with the mask past ``n``;
+    right, the output tile (pid_m, pid_n) of a matrix product and the strips of A and B it reads."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 2.8), gridspec_kw={"width_ratios": [1.4, 1]})
+    programs = -(-n // block)
+    for p in range(programs):
+        for lane in range(block):
+            i = p * block + lane
+            _box(left, i + 0.2 * p, 0, 1, 1, _ON if i < n else _OFF, i, size=6)
+        left.text(p * block + 0.2 * p + block / 2, 1.15, f"program_id = {p}", ha="center", fontsize=8)
+    left.text(0, -0.55, "offsets = pid * BLOCK + tl.arange(0, BLOCK); grey lanes: mask = offsets < n is False",
+              fontsize=7)
+    _frame(left, programs * block + programs, 1.4)
+    left.set_title(f"one program = one tile of BLOCK = {block} lanes", fontsize=9)
+    size = 1.0
+    for r in range(m):  # C, with the tile (1, 2) coloured; A's row strip on the left, B's column strip on top
+        for c in range(grid_n):
+            color = "#fdae6b" if (r, c) == (1, 2) else "white"
+            _box(right, 2 + c * size, 2 - r * size * 0.5, size, size * 0.5, color)
+        _box(right, 0, 2 - r * 0.5, 1.6, 0.5, "#fdae6b" if r == 1 else "white", "A" if r == 0 else "", size=8)
+    for c in range(grid_n):
+        _box(right, 2 + c, 2.7, 1, 1.2, "#fdae6b" if c == 2 else "white", "B" if c == 0 else "", size=8)
+    right.text(3.5, 0.05, "C tile (pid_m=1, pid_n=2)", ha="center", fontsize=7)
+    right.set_xlim(-0.2, 5.2)
+    right.set_ylim(-0.1, 4.1)
+    right.set_aspect("equal")
+    right.axis("off")
+    right.set_title("a matmul program: its C tile reads a strip of A and of B", fontsize=9)
+    return fig
+
+
+def draw_access(lanes: int = 8, stride: int = 4):
+    """Draw ``lanes`` threads of a warp loading 4-byte floats: next to each other (coalesced, one segment) and
+    ``stride`` elements apart (strided, the segments touched hold mostly unused bytes)."""
+    fig, axes = plt.subplots(2, 1, figsize=(10, 2.8))
+    width = lanes * stride
+    for ax, step, title in ((axes[0], 1, "coalesced: x[i]"), (axes[1], stride, f"strided: x[{stride} * i]")):
+        used = {lane * step for lane in range(lanes)}
+        for a in range(width):
+            _box(ax, a, 0, 1, 0.8, "#fdae6b" if a in used else _OFF)
+        for lane in range(lanes):
+            _box(ax, lane * stride + stride / 2 - 0.5, 1.6, 1, 0.6, _ON, f"t{lane}", size=6)
+            ax.annotate("", xy=(lane * step + 0.5, 0.85), xytext=(lane * stride + stride / 2, 1.55),
+                        arrowprops={"arrowstyle": "->", "lw": 0.6})
+        touched = len({a * 4 // 32 for a in used})  # 32-byte sectors the loads touch
+        ax.set_title(f"{title}: {lanes} floats used, {touched} of {width * 4 // 32} 32-byte sectors touched",
+                     fontsize=9)
+        _frame(ax, width, 2.3)
+    fig.tight_layout()
+    return fig
+
+
+def draw_pipeline(stages: int = 3, steps: int = 6):
+    """Draw a software pipeline of ``stages`` buffers: while the cores multiply tile k, the loads of the next
+    ``stages - 1`` tiles are in flight, each into its own buffer of shared memory."""
+    fig, ax = plt.subplots(figsize=(10, 2.2))
+    for k in range(steps):  # equal times: with one buffer, load k waits for mma k - 1 to free it
+        load_at = 2 * k if stages == 1 else k
+        _box(ax, load_at, 1.0, 1, 0.6, _ON, f"load {k} > buf {k % stages}", size=6)
+        _box(ax, load_at + 1, 0.2, 1, 0.6, "#fdae6b", f"mma {k}", size=6)
+    ax.text(-0.3, 1.3, "copy engine", ha="right", va="center", fontsize=7)
+    ax.text(-0.3, 0.5, "Tensor Cores", ha="right", va="center", fontsize=7)
+    ax.set_title(f"num_stages = {stages}: {stages} tiles of A and B in shared memory at once; "
+                 "loads run ahead of the math", fontsize=9)
+    ax.set_xlim(-2.2, 2 * steps + 1)
+    ax.set_ylim(-0.1, 1.8)
+    ax.axis("off")
+    return fig
