@@ -32,6 +32,7 @@ Why this module: jupyter-repo2docker generates Binder's build; no library compar
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import shlex
 import subprocess
@@ -237,7 +238,9 @@ def main() -> int:
     ok = bool(mode) and mode[0] == "100755" and text.startswith("#!") and re.search(r"^set -e", text, re.M)
     report(bool(ok), "postBuild file", f"git mode {mode[0] if mode else 'untracked'}, shebang "
            f"{text.splitlines()[0]!r}, `set -e` present" if text else "empty")
-    calls = [shlex.split(line, comments=True) for line in text.splitlines()]
+    # each line's command, without the variables set for it (D2L_EXT_INSTALLER=pip)
+    calls = [list(itertools.dropwhile(lambda word: re.match(r"^[A-Z_][A-Z0-9_]*=", word) is not None,
+                                      shlex.split(line, comments=True))) for line in text.splitlines()]
     recipe_call = ["bash", "tools/envs/install.sh", "python", "--no-requirements"]
     stray = [s for s in map(pip_install_step, text.splitlines()) if s and not s[1].startswith("#")]
     report(recipe_call in calls and not stray, "postBuild installs",
