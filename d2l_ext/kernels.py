@@ -7,7 +7,8 @@
 - ``launch``: runs a kernel after checking its inputs (``ValueError`` naming the problem), in the interpreter
   with every load and store checked against the tensors passed (``OutOfBounds`` names the kernel, the buffer
   and the offset before anything is written), and counts the bytes the kernel moved;
-- ``gpu_backend``, ``gpu_target``, ``on_gpu``: the device decisions of the cells that run kernels for real;
+- ``gpu_backend``, ``gpu_target``, ``needs_triton_gpu``: the device decisions of the cell that runs kernels for
+  real (``d2l_ext.kernel_gpu``);
 - ``occupancy``, ``unfused_softmax_bytes``: the arithmetic of the chapter's tables.
 
 Compiling for GPUs this machine lacks is ``d2l_ext.kernel_compile``.
@@ -267,18 +268,6 @@ def needs_triton_gpu() -> bool:
         print("Skipped: Triton runs on NVIDIA (CUDA) and AMD (ROCm) GPUs; this machine's GPU is neither.")
         return False
     return True
-
-
-def on_gpu(kernel):
-    """Return the same kernel decorated for a real GPU (without the interpreter), from its Python function."""
-    import triton
-
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        return triton.jit(kernel.fn)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
 
 
 # ---- the chapter's arithmetic ----

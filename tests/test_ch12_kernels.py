@@ -250,3 +250,24 @@ def test_the_access_picture_counts_sectors():
     plt.close(figure)
     assert titles[0].endswith("8 floats used, 1 of 4 32-byte sectors touched")
     assert titles[1].endswith("8 floats used, 4 of 4 32-byte sectors touched")
+
+
+def test_a_kernel_for_the_gpu_refuses_cpu_tensors():
+    def add(x_ptr, out_ptr, n, BLOCK):
+        pass
+
+    compiled = types.SimpleNamespace(fn=add)  # a JITFunction, as far as launch looks: not interpreted
+    with pytest.raises(ValueError, match=r"x_ptr is on cpu, the kernel runs on cuda: move it with .to\('cuda'\)"):
+        kernels.launch(compiled, (1,), torch.randn(4), torch.randn(4), 4, BLOCK=4)
+
+
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure without a GPU")
+def test_the_gpu_run_fails_with_the_childs_error_without_a_gpu(monkeypatch):
+    from d2l_ext import kernel_gpu
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the child must compile, not interpret, and still fail here
+    add = ADD.strip()
+    with pytest.raises(RuntimeError, match="the GPU run failed") as caught:
+        kernel_gpu.time_on_gpu(add, add.replace("add_kernel", "matmul_kernel"))
+    assert "Error" in str(caught.value)
