@@ -9,7 +9,7 @@ from matplotlib.patches import Rectangle
 _ON, _OFF, _EDGE = "#9ecae1", "#eeeeee", "#555555"
 
 
-def _box(ax, x, y, w, h, color, text="", size=7, edge=_EDGE):
+def _box(ax, x, y, w, h, color, text: object = "", size=7, edge=_EDGE):
     ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor=edge, linewidth=0.8))
     if text != "":
         ax.text(x + w / 2, y + h / 2, str(text), ha="center", va="center", fontsize=size)

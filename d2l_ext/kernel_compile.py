@@ -14,6 +14,7 @@ afresh, without the variable. Its numbers are facts of the installed Triton: tag
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 # the targets the chapter compiles for: GPUTarget(backend, arch, warp size)
 TARGETS = {"sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "gfx942": ("hip", "gfx942", 64)}
@@ -77,6 +79,24 @@ class Facts:
         return {k: v for k, v in self.memory.items() if "st." in k or "store" in k}
 
 
+def import_file(path: Path) -> ModuleType:
+    """Return the module that the Python file ``path`` defines (triton reads a kernel's source from its file)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _found(pattern: str, text: str) -> str:
+    """Return the first group of ``pattern`` in ``text``; raise ValueError naming it if it is not there."""
+    match = re.search(pattern, text)
+    if match is None:
+        raise ValueError(f"the compiler's output has no {pattern!r}: another Triton version?")
+    return match[1]
+
+
 def _registers(asm: dict) -> int:
     """Registers per thread: cuobjdump's REG for a cubin, the VGPR count for AMD."""
     if "cubin" in asm:
@@ -88,24 +108,18 @@ def _registers(asm: dict) -> int:
             cubin.write_bytes(asm["cubin"])
             out = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True,
                                  check=True, timeout=60).stdout
-        return int(re.search(r"REG:(\d+)", out)[1])
-    return int(re.search(r"\.vgpr_count:\s+(\d+)", asm["amdgcn"])[1])
+        return int(_found(r"REG:(\d+)", out))
+    return int(_found(r"\.vgpr_count:\s+(\d+)", asm["amdgcn"]))
 
 
 def _compile_one(job: dict, folder: Path, index: int) -> dict:
-    import importlib.util
-
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     path = folder / f"kernel_{index}.py"
     path.write_text("import triton\nimport triton.language as tl\n\n\n" + job["source"])
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = re.search(r"def (\w+)\(", job["source"])[1]
-    kernel = getattr(module, name)
+    kernel = getattr(import_file(path), _found(r"def (\w+)\(", job["source"]))
     names = list(job["signature"])
     attrs = {(names.index(arg),): [["tt.divisibility", 16]] for arg in job["aligned"]}
     source = ASTSource(kernel, job["signature"], job["constexprs"], attrs)

@@ -1,9 +1,9 @@
 """Chapter 12: writing GPU kernels on a laptop.
 
 - ``load_simulator`` / ``needs_simulator``: Numba's CUDA simulator (threads, blocks, shared memory on a CPU);
-- ``load_triton`` / ``needs_triton``: Triton in its interpreter (``TRITON_INTERPRET=1``), set before triton is
-  imported; where Triton has no wheels (macOS, native Windows) stand-ins let the kernels be defined, and the cells
-  that run them print one line;
+- ``use_interpreter`` / ``needs_triton``: Triton in its interpreter (``TRITON_INTERPRET=1``), set before triton
+  is imported; where Triton has no wheels (macOS, native Windows) ``d2l_ext.no_triton`` and
+  ``no_triton_language`` stand in, so that the kernels can be defined, and the cells that run them print one line;
 - ``launch``: runs a kernel after checking its inputs (``ValueError`` naming the problem), in the interpreter
   with every load and store checked against the tensors passed (``OutOfBounds`` names the kernel, the buffer
   and the offset before anything is written), and counts the bytes the kernel moved;
@@ -62,21 +62,17 @@ def needs_simulator() -> bool:
 
 
 def _stand_in(name: str) -> SimpleNamespace:
-    """A namespace whose decorators return the function unchanged: kernels can be defined, not run."""
+    """A namespace whose decorator returns the function unchanged: simulator kernels can be defined, not run."""
     def identity(fn=None, **_):
         return fn if fn is not None else (lambda f: f)
-    return SimpleNamespace(__name__=name, jit=identity, constexpr=int, float32="float32")
+    return SimpleNamespace(__name__=name, jit=identity, float32="float32")
 
 
-def load_triton(interpret: bool = True):
-    """Return (triton, triton.language), with TRITON_INTERPRET=1 set first if ``interpret``; stand-ins where
-    triton is not installed. In a notebook the variable stays in its kernel's process only."""
-    if not triton_importable():
-        return _stand_in("triton"), _stand_in("triton.language")
-    if interpret:
-        os.environ["TRITON_INTERPRET"] = "1"  # read when @triton.jit runs: set before any kernel is defined
-    triton = importlib.import_module("triton")
-    return triton, importlib.import_module("triton.language")
+def use_interpreter() -> None:
+    """Set TRITON_INTERPRET=1, before triton is imported: every ``@triton.jit`` after it runs in Triton's
+    interpreter. In a notebook the variable stays in its kernel's process (and the children it starts, which
+    ``d2l_ext.kernel_compile`` and ``kernel_gpu`` start without it)."""
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def load_simulator():
@@ -133,6 +129,7 @@ class Traffic:
 
     read: int = 0
     written: int = 0
+    counted: bool = True  # False on a GPU, where nothing is counted
 
     @property
     def total(self) -> int:
@@ -140,7 +137,7 @@ class Traffic:
         return self.read + self.written
 
 
-def _outside(buffers: list[_Buffer], addresses: np.ndarray, size: int) -> tuple[int, _Buffer]:
+def _outside(buffers: list[_Buffer], addresses: np.ndarray, size: int) -> tuple[int, _Buffer | None]:
     """Return (first address outside every buffer, the buffer it belongs to most likely), or (-1, None)."""
     inside = np.zeros(addresses.shape, dtype=bool)
     for b in buffers:
@@ -192,20 +189,23 @@ def _checked(kernel: str, buffers: list[_Buffer], traffic: Traffic):
         traffic.written += addresses.size * size
         return store(ptrs, value, mask, *rest)
 
-    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    setattr(builder, "create_masked_load", checked_load)  # noqa: B010 (a method replaced while inside)
+    setattr(builder, "create_masked_store", checked_store)  # noqa: B010
     try:
         yield
     finally:
-        builder.create_masked_load, builder.create_masked_store = load, store
+        setattr(builder, "create_masked_load", load)  # noqa: B010
+        setattr(builder, "create_masked_store", store)  # noqa: B010
 
 
 def _interpreted(kernel) -> bool:
     return type(kernel).__name__ == "InterpretedFunction"
 
 
-def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> Traffic | None:
+def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> Traffic:
     """Run ``kernel[grid](*args, **constexprs)`` after checking its inputs; in the interpreter, check every load
-    and store against the tensors passed (raising OutOfBounds first) and return the bytes moved."""
+    and store against the tensors passed (raising OutOfBounds first) and return the bytes moved (on a GPU:
+    ``Traffic(counted=False)``)."""
     interpreted = _interpreted(kernel)
     names = list(inspect.signature(kernel.fn).parameters)
     for name, value in constexprs.items():
@@ -217,7 +217,7 @@ def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> Traffic | None
         check_tensor(name, tensor, device_type, interpreted)
     if not interpreted:
         kernel[grid](*args, **constexprs)
-        return None
+        return Traffic(counted=False)
     from triton.runtime.errors import InterpreterError
 
     buffers = [_Buffer(n, t.data_ptr(), t.numel() * t.element_size(), t.element_size(), t.dtype) for n, t in tensors]
