@@ -74,6 +74,14 @@ class Facts:
         """Return the load instructions and their counts."""
         return {k: v for k, v in self.memory.items() if "ld." in k or "load" in k}
 
+    def mma_family(self) -> str:
+        """Return the matrix instruction's family: "wgmma" (Hopper), "mma.sync" (Ampere), "MFMA" (AMD) or "none"."""
+        names = " ".join(self.mma)
+        for prefix, family in (("wgmma", "wgmma"), ("mma.sync", "mma.sync"), ("v_mfma", "MFMA")):
+            if prefix in names:
+                return family
+        return "none"
+
     def stores(self) -> dict[str, int]:
         """Return the store instructions and their counts."""
         return {k: v for k, v in self.memory.items() if "st." in k or "store" in k}

@@ -272,3 +272,13 @@ def test_the_gpu_run_fails_with_the_childs_error_without_a_gpu(monkeypatch):
     with pytest.raises(RuntimeError, match="the GPU run failed") as caught:
         kernel_gpu.time_on_gpu(add, add.replace("add_kernel", "matmul_kernel"))
     assert "Error" in str(caught.value)
+
+
+@pytest.mark.parametrize(("mma", "family"), [
+    (["wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"], "wgmma"),  # triton 3.8.0, sm_90
+    (["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"], "mma.sync"),  # sm_80
+    (["v_mfma_f32_32x32x8_f16"], "MFMA"),  # gfx942
+    ([], "none"),
+])
+def test_the_matrix_instruction_family(mma, family):
+    assert kernel_compile.Facts("sm_90", mma=mma).mma_family() == family
