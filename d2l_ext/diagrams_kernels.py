@@ -94,19 +94,23 @@ def draw_access(lanes: int = 8, stride: int = 4):
     return fig
 
 
-def draw_pipeline(stages: int = 3, steps: int = 6):
-    """Draw a software pipeline of ``stages`` buffers: while the cores multiply tile k, the loads of the next
-    ``stages - 1`` tiles are in flight, each into its own buffer of shared memory."""
-    fig, ax = plt.subplots(figsize=(10, 2.2))
-    for k in range(steps):  # equal times: with one buffer, load k waits for mma k - 1 to free it
-        load_at = 2 * k if stages == 1 else k
-        _box(ax, load_at, 1.0, 1, 0.6, _ON, f"load {k} > buf {k % stages}", size=6)
-        _box(ax, load_at + 1, 0.2, 1, 0.6, "#fdae6b", f"mma {k}", size=6)
-    ax.text(-0.3, 1.3, "copy engine", ha="right", va="center", fontsize=7)
-    ax.text(-0.3, 0.5, "Tensor Cores", ha="right", va="center", fontsize=7)
-    ax.set_title(f"num_stages = {stages}: {stages} tiles of A and B in shared memory at once; "
-                 "loads run ahead of the math", fontsize=9)
-    ax.set_xlim(-2.2, 2 * steps + 1)
-    ax.set_ylim(-0.1, 1.8)
-    ax.axis("off")
+def draw_pipeline(stages: tuple[int, ...] = (1, 3), steps: int = 6):
+    """Draw a matmul's loop with each number of ``stages``: with one buffer, a tile's load waits for the last
+    multiply to free it; with more, the loads of the next tiles run while the current one is multiplied, each into
+    its own buffer of shared memory (equal times assumed)."""
+    fig, axes = plt.subplots(len(stages), 1, figsize=(10, 1.5 * len(stages)), squeeze=False)
+    for ax, count in zip(axes[:, 0], stages, strict=True):
+        for k in range(steps):
+            load_at = 2 * k if count == 1 else k
+            _box(ax, load_at, 1.0, 1, 0.6, _ON, f"load {k}\nbuf {k % count}", size=6)
+            _box(ax, load_at + 1, 0.2, 1, 0.6, "#fdae6b", f"mma {k}", size=6)
+        ax.text(-0.3, 1.3, "loads to shared", ha="right", va="center", fontsize=7)
+        ax.text(-0.3, 0.5, "Tensor Cores", ha="right", va="center", fontsize=7)
+        end = 2 * steps if count == 1 else steps + 1
+        ax.set_title(f"num_stages = {count}: {count} tile buffer{'s' * (count > 1)} in shared memory; "
+                     f"{steps} steps end at time {end}", fontsize=9)
+        ax.set_xlim(-2.6, 2 * steps + 0.5)
+        ax.set_ylim(-0.1, 1.8)
+        ax.axis("off")
+    fig.tight_layout()
     return fig
