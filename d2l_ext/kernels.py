@@ -6,7 +6,8 @@
   ``no_triton_language`` stand in, so that the kernels can be defined, and the cells that run them print one line;
 - ``launch``: runs a kernel after checking its inputs (``ValueError`` naming the problem), in the interpreter
   with every load and store checked against the tensors passed (``OutOfBounds`` names the kernel, the buffer
-  and the offset before anything is written), and counts the bytes the kernel moved;
+  and the offset before anything is written), and counts the bytes the kernel moved (atomics and tensor
+  descriptors, which the chapter does not use, are neither checked nor counted);
 - ``gpu_backend``, ``gpu_target``, ``needs_triton_gpu``: the device decisions of the cell that runs kernels for
   real (``d2l_ext.kernel_gpu``);
 - ``occupancy``, ``unfused_softmax_bytes``: the arithmetic of the chapter's tables.
