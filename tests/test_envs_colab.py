@@ -23,6 +23,8 @@ jupyter_client==7.4.9
 jupyter_kernel_gateway @ git+https://github.com/googlecolab/kernel_gateway@b134e9945df25c2dcb98ade9129399be10788671
 matplotlib==3.10.0
 matplotlib-inline==0.2.2
+numba==0.61.2
+numba-cuda==0.22.2
 numpy==2.1.3
 pandas==2.2.3
 pillow==11.3.0
@@ -40,6 +42,7 @@ def test_the_tool_keeps_colabs_versions_and_our_test_tools():
     written = pins(text)
     assert written["torch"] == "2.11.0" and written["torchvision"] == "0.26.0"  # +cu128 dropped: PyPI's wheel
     assert written["jupyter-client"] == "7.4.9" and written["ipywidgets"] == "7.7.1"
+    assert written["numba"] == "0.61.2" and written["numba-cuda"] == "0.22.2"  # chapter 12's simulator
     assert all(written[tool] == pins(requirements)[tool] for tool in TEST_TOOLS)
     assert colab_python(text) == "3.13"
     assert len(written) == len(COLAB_PACKAGES) + len(TEST_TOOLS)

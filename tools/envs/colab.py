@@ -49,7 +49,8 @@ INSTALL = REPO / "tools" / "envs" / "install.sh"  # the course's one install rec
 
 # what the notebooks and d2l import at run time, and the kernel that runs them on Colab
 COLAB_PACKAGES = ["torch", "torchvision", "numpy", "pandas", "scipy", "matplotlib", "matplotlib-inline",
-                  "ipython", "ipykernel", "ipywidgets", "jupyter-client", "requests", "pillow", "psutil"]
+                  "ipython", "ipykernel", "ipywidgets", "jupyter-client", "requests", "pillow", "psutil",
+                  "numba", "numba-cuda"]  # numba: chapter 12's CUDA simulator (numba-cuda holds it on Colab)
 # what runs the notebooks as tests: not on Colab, taken at requirements-dev.txt's pins
 TEST_TOOLS = ["nbval", "pytest", "pytest-xdist", "pytest-doctestplus"]
 
