@@ -42,34 +42,43 @@ def draw_grid(blocks: int = 3, threads: int = 8, n: int = 20):
     return fig
 
 
-def draw_tiles(n: int = 20, block: int = 8, m: int = 4, grid_n: int = 3):
-    """Draw a Triton program's tile: left, a vector cut into programs of ``block`` lanes with the mask past ``n``;
-    right, the output tile (pid_m, pid_n) of a matrix product and the strips of A and B it reads."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 2.8), gridspec_kw={"width_ratios": [1.4, 1]})
+def draw_tiles(n: int = 20, block: int = 8, m: int = 4, grid_n: int = 3, k_tiles: int = 2):
+    """Draw a Triton program's tile: top, a vector cut into programs of ``block`` lanes with the mask past ``n``;
+    bottom, the output tile (pid_m, pid_n) of a matrix product and the strips of A and B it reads, ``k_tiles``
+    tiles long."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), gridspec_kw={"height_ratios": [1, 1.7]})
     programs = -(-n // block)
     for p in range(programs):
         for lane in range(block):
             i = p * block + lane
-            _box(left, i + 0.2 * p, 0, 1, 1, _ON if i < n else _OFF, i, size=6)
-        left.text(p * block + 0.2 * p + block / 2, 1.15, f"program_id = {p}", ha="center", fontsize=8)
-    left.text(0, -0.55, "offsets = pid * BLOCK + tl.arange(0, BLOCK); grey lanes: mask = offsets < n is False",
-              fontsize=7)
-    _frame(left, programs * block + programs, 1.4)
-    left.set_title(f"one program = one tile of BLOCK = {block} lanes", fontsize=9)
-    size = 1.0
-    for r in range(m):  # C, with the tile (1, 2) coloured; A's row strip on the left, B's column strip on top
+            _box(top, i + 0.2 * p, 0, 1, 1, _ON if i < n else _OFF, i, size=7)
+        top.text(p * block + 0.2 * p + block / 2, 1.2, f"program_id = {p}", ha="center", va="bottom", fontsize=8)
+    top.text(0, -0.3, "offsets = pid * BLOCK + tl.arange(0, BLOCK); grey lanes: mask = offsets < n is False",
+             va="top", fontsize=8)
+    _frame(top, programs * block + programs, 1.6)
+    top.set_title(f"one program = one tile of BLOCK = {block} lanes", fontsize=9)
+    h = 0.6  # the height of a tile row
+    x0, y0 = k_tiles + 0.6, 0.0  # C's lower left corner; A on its left, B above it
+    for r in range(m):  # C's tiles, top row first, with the program's tile (1, 2) coloured
+        y = y0 + (m - 1 - r) * h
         for c in range(grid_n):
-            color = "#fdae6b" if (r, c) == (1, 2) else "white"
-            _box(right, 2 + c * size, 2 - r * size * 0.5, size, size * 0.5, color)
-        _box(right, 0, 2 - r * 0.5, 1.6, 0.5, "#fdae6b" if r == 1 else "white", "A" if r == 0 else "", size=8)
-    for c in range(grid_n):
-        _box(right, 2 + c, 2.7, 1, 1.2, "#fdae6b" if c == 2 else "white", "B" if c == 0 else "", size=8)
-    right.text(3.5, 0.05, "C tile (pid_m=1, pid_n=2)", ha="center", fontsize=7)
-    right.set_xlim(-0.2, 5.2)
-    right.set_ylim(-0.1, 4.1)
-    right.set_aspect("equal")
-    right.axis("off")
-    right.set_title("a matmul program: its C tile reads a strip of A and of B", fontsize=9)
+            _box(bottom, x0 + c, y, 1, h, "#fdae6b" if (r, c) == (1, 2) else "white")
+        for k in range(k_tiles):  # A's row of tiles: the strip its program reads
+            _box(bottom, k, y, 1, h, "#fdae6b" if r == 1 else "white")
+    for k in range(k_tiles):  # B's tiles, above C
+        y = y0 + m * h + 0.3 + (k_tiles - 1 - k) * h
+        for c in range(grid_n):
+            _box(bottom, x0 + c, y, 1, h, "#fdae6b" if c == 2 else "white")
+    bottom.text(k_tiles / 2, y0 + m * h + 0.1, "A", ha="center", va="bottom", fontsize=9)
+    bottom.text(x0 - 0.15, y0 + m * h + 0.3 + k_tiles * h / 2, "B", ha="right", va="center", fontsize=9)
+    bottom.text(x0 + grid_n / 2, y0 - 0.1, "C: the program (pid_m=1, pid_n=2) writes the orange tile, "
+                "reading A's row of tiles and B's column", ha="center", va="top", fontsize=8)
+    bottom.set_xlim(-0.3, x0 + grid_n + 2.6)
+    bottom.set_ylim(-0.8, y0 + (m + k_tiles) * h + 0.5)
+    bottom.set_aspect("equal")
+    bottom.axis("off")
+    bottom.set_title("a matmul program: one tile of C, a strip of A and of B", fontsize=9)
+    fig.tight_layout()
     return fig
 
 
