@@ -158,6 +158,18 @@ def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
     ("zh-CN", "10_how_fast.ipynb", "**已记录的数字**（非本机测量）：", "已记录的数字"),
     ("zh-CN", "01_devices.ipynb", "| 小节 | 仅有CPU | 一块GPU |\n|---|---|---|", "小节"),
     ("zh-CN", "05_networks_on_gpu.ipynb", "| 节 | 仅CPU | 一个GPU |\n|---|---|---|", "一个GPU"),
+    # chapter 12 (issue 46): the terms of the glossary's Writing kernels group
+    ("vi", "12_kernels.ipynb", "Các luồng của một khối ghi vào bộ nhớ chia sẻ.", "bộ nhớ chia sẻ"),
+    ("vi", "12_kernels.ipynb", "`cuda.syncthreads()` chính là rào đồng bộ đó.", "rào đồng bộ"),
+    ("vi", "12_kernels.ipynb", "Đó là đường ống phần mềm.", "đường ống phần mềm"),
+    ("vi", "12_kernels.ipynb", "Các luồng của một warp có truy cập hợp nhất.", "truy cập hợp nhất"),
+    ("vi", "12_kernels.ipynb", "Mỗi chương trình xử lý một tile của $C$.", "tile"),
+    ("vi", "12_kernels.ipynb", "Thanh ghi quyết định occupancy của nó.", "occupancy"),
+    ("zh-CN", "12_kernels.ipynb", "`cuda.syncthreads()`就是这道同步屏障。", "同步屏障"),
+    ("zh-CN", "12_kernels.ipynb", "跨步读取不是合并访存。", "合并访存"),
+    ("zh-CN", "12_kernels.ipynb", "一个warp等待内存时，另一个计算。", "warp"),
+    ("zh-CN", "12_kernels.ipynb", "这就是核融合。", "核融合"),
+    ("zh-CN", "12_kernels.ipynb", "寄存器和共享内存决定了占有率。", "占有率"),
 ])
 def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, words):
     data = load_terms(TERMS / f"{language}.json")
@@ -180,6 +192,11 @@ def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, wo
     ("zh-CN", "10_how_fast.ipynb", "多层感知机（MLP）和`MLPClassifier`；全归约（all-reduce）；隐藏单元数。"),
     ("zh-CN", "08_memory.ipynb", "激活值、激活函数和激活检查点。\n\n**延伸阅读**：PyTorch的文档；**硬件**：仅CPU。"),
     ("zh-CN", "09_model_parallel.ipynb", "| 节 | 仅CPU | 多个GPU |\n|---|---|---|\n| 9.7 | 已发表的数据 | 同上 |"),
+    ("vi", "12_kernels.ipynb", "Một ô (tile) trong bộ nhớ dùng chung (shared memory), một mặt nạ (mask), "
+     "rào cản (barrier); **Độ chiếm dụng** (occupancy), pipeline phần mềm, softmax trực tuyến; "
+     "bộ ghi chuyến bay của chương 11."),
+    ("zh-CN", "12_kernels.ipynb", "分块（tile）放在共享内存中；屏障（barrier）；**线程束**（warp）；融合softmax、"
+     "算子融合（kernel fusion）；合并访问；占用率；软件流水线；越界检查器。"),
 ])
 def test_the_chosen_terms_pass(tmp_path, language, name, text):
     data = load_terms(TERMS / f"{language}.json")
