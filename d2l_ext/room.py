@@ -64,6 +64,26 @@ def four_cpu_ranks_fit(available_bytes: int | None = None, fork: bool | None = N
                    f"{available_bytes / 2**30:.1f} GiB is free here")
 
 
+def read_stat(path: Path) -> dict[str, int]:
+    """Return a cgroup's ``memory.stat`` (or ``memory.events``) as {name: number}: one formula of a cgroup's
+    memory for the course and its tools (tools/checks/limits.py reads its notebooks' cgroups through it)."""
+    stat = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            stat[key] = int(value)
+    return stat
+
+
+def held_bytes(stat: Mapping[str, int], version: int) -> int:
+    """Bytes of a cgroup's memory that its processes hold: their anonymous memory and the file pages they map
+    (the code of torch's libraries), each page once. What it holds besides (``usage``) is mostly file cache that
+    the system drops before the limit (`_reclaimable`)."""
+    if version == 1:
+        return stat.get("total_rss", 0) + stat.get("total_mapped_file", 0)
+    return stat.get("anon", 0) + stat.get("file_mapped", 0)
+
+
 def _reclaimable(stat: Mapping[str, int], version: int) -> int:
     """Bytes of a cgroup's memory that the system drops before it reaches the limit: the file cache that no process
     maps (what was only read or written: Python's sources, a saved checkpoint), less shared memory, which has no
@@ -93,8 +113,7 @@ def _cgroup_room(cgroup_file: Path, sys_fs: Path) -> int | None:
                 limit = (folder / limit_name).read_text().strip()
                 if limit != "max" and int(limit) < 2**60:
                     usage = int((folder / usage_name).read_text())
-                    stat = {name: int(value) for name, value in
-                            (row.split() for row in (folder / "memory.stat").read_text().splitlines())}
+                    stat = read_stat(folder / "memory.stat")
                     rooms.append(int(limit) - usage + _reclaimable(stat, version))
             except (OSError, ValueError):
                 pass

@@ -63,6 +63,18 @@ def test_counts_anonymous_and_mapped_memory_not_the_file_cache(tmp_path):
     assert lim.mapped_bytes(tmp_path / "missing", 2) is None
 
 
+def test_the_tool_and_the_course_read_a_cgroup_with_one_formula(tmp_path):
+    from d2l_ext import room
+
+    stat = tmp_path / "memory.stat"
+    stat.write_text("anon 300\nfile 5000\nfile_mapped 200\nshmem 100\ninactive_file 4000\nbogus x\n")
+    read = room.read_stat(stat)
+    assert read == {"anon": 300, "file": 5000, "file_mapped": 200, "shmem": 100, "inactive_file": 4000}
+    # what the notebook's processes hold, and what the system may drop: together, all but shared memory
+    assert lim.mapped_bytes(stat, 2) == room.held_bytes(read, 2) == 500
+    assert room._reclaimable(read, 2) == 5000 - 200 - 100
+
+
 def test_the_peak_is_put_on_the_cell_that_brought_it():
     # memory the second cell keeps shows in every later cell: the second cell is the one to read
     peaks = {None: [60, 60], 2: [100, 100], 4: [500, 500], 5: [503, 700], 7: [501, 690]}

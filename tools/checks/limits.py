@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from d2l_ext.room import held_bytes, read_stat
+
 
 class Limit:
     """How the kernel's process tree is held to ``limit`` bytes, and how its memory is read."""
@@ -87,28 +89,17 @@ def tree_pss(pid: int) -> int | None:
     return total
 
 
-def read_stat(path: Path) -> dict[str, int]:
-    stat = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            stat[key] = int(value)
-    return stat
-
-
 def mapped_bytes(stat_file: Path, version: int) -> int | None:
-    """What a cgroup's processes hold: their anonymous memory and the file pages they map, each page once.
+    """What a cgroup's processes hold (d2l_ext.room.held_bytes: anonymous memory and mapped file pages), or None
+    where its ``memory.stat`` cannot be read.
 
     The file cache the processes only read or wrote (Python's sources, a saved checkpoint) is left out: the
     system drops it before it reaches a limit, while mapped pages (the code of torch's libraries) are in use.
     """
     try:
-        stat = read_stat(stat_file)
+        return held_bytes(read_stat(stat_file), version)
     except OSError:
         return None
-    if version == 1:
-        return stat.get("total_rss", 0) + stat.get("total_mapped_file", 0)
-    return stat.get("anon", 0) + stat.get("file_mapped", 0)
 
 
 class Cgroup(Limit):
