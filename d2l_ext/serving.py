@@ -7,6 +7,7 @@ The scheduler (continuous batching) and speculative decoding are in ``d2l_ext.se
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -170,8 +171,14 @@ class Block(nn.Module):
         return x + reduce(self.down(F.gelu(self.up(self.norm2(x)))))
 
 
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 class GPT(nn.Module):
     """A character GPT: token and position embeddings, ``layers`` blocks, a final norm and a head."""
+
+    reduce: Callable[[torch.Tensor], torch.Tensor]
 
     def __init__(self, vocab: int, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                  ffn: int = 256, context: int = 128, head_dim: int | None = None):
@@ -182,13 +189,12 @@ class GPT(nn.Module):
         self.embed, self.position = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, self.head_dim, ffn) for _ in range(layers))
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
-        self.reduce = lambda x: x  # tensor parallelism replaces it with an all-reduce
+        self.reduce = _identity  # tensor parallelism replaces it with an all-reduce
 
     def new_cache(self, context: int | None = None) -> ContiguousCache:
-        block = self.blocks[0]
         weight = self.embed.weight
-        return ContiguousCache(len(self.blocks), block.kv_heads, self.head_dim, context or self.context,
-                               weight.dtype, weight.device)
+        return ContiguousCache(len(self.blocks), self.config["kv_heads"], self.head_dim,
+                               context or self.context, weight.dtype, weight.device)
 
     def forward(self, tokens: torch.Tensor, caches=None, starts=None) -> torch.Tensor:
         """Logits for ``tokens`` (batch, T). With ``caches`` (one per row), the tokens sit at positions
@@ -206,14 +212,18 @@ class GPT(nn.Module):
 
 def linear_weights(model: nn.Module) -> int:
     """The numbers in the model's matrix products' weights (every ``nn.Linear``): 2 FLOPs each per token."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear | Int8Linear))
+    total = 0
+    for m in model.modules():
+        if isinstance(m, nn.Linear | Int8Linear):
+            total += m.weight.numel()
+    return total
 
 
 def forward_flops(model: GPT, new: int, context: int) -> int:
     """FLOPs of one forward of ``new`` tokens that attend to ``context`` positions: 2 per weight per token, and
     2 · 2 · heads · head_dim per (token, position) pair in each layer (the scores, then the sum of values)."""
-    block = model.blocks[0]
-    return 2 * linear_weights(model) * new + 4 * len(model.blocks) * block.heads * block.head_dim * new * context
+    c = model.config
+    return 2 * linear_weights(model) * new + 4 * c["layers"] * c["heads"] * c["head_dim"] * new * context
 
 
 def check_prompt(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
@@ -251,6 +261,7 @@ def train(model: GPT, data: torch.Tensor, steps: int = 300, batch: int = 32, len
     """Train ``model`` to predict the next token of random windows of ``data``; return the last loss."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    loss = torch.tensor(float("nan"))
     for _ in range(steps):
         starts = torch.randint(len(data) - length - 1, (batch,), generator=generator)
         window = torch.stack([data[s:s + length + 1] for s in starts])
@@ -265,6 +276,9 @@ def train(model: GPT, data: torch.Tensor, steps: int = 300, batch: int = 32, len
 class Int8Linear(nn.Module):
     """A linear layer whose weights are stored in int8, one float32 scale per output row (symmetric: the
     row's largest magnitude maps to 127). The product dequantizes them: fewer bytes to read, the same FLOPs."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, linear: nn.Linear):
         super().__init__()

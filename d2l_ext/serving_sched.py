@@ -17,7 +17,7 @@ class Request:
 
     prompt: torch.Tensor
     new_tokens: int
-    tokens: torch.Tensor | None = None
+    tokens: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # prompt, then more
     first_tick: int | None = None  # the tick its first token came out (the clock starts at 0)
     last_tick: int | None = None
     cache: PagedCache | None = field(default=None, repr=False)
