@@ -257,7 +257,7 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache=None, use_
 
 
 def train(model: GPT, data: torch.Tensor, steps: int = 300, batch: int = 32, length: int = 64,
-          lr: float = 3e-3, seed: int = 0) -> float:
+          lr: float = 1e-2, seed: int = 0) -> float:
     """Train ``model`` to predict the next token of random windows of ``data``; return the last loss."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
