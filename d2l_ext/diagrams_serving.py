@@ -94,7 +94,7 @@ def draw_speculation(accepted=(True, True, False, True)):
     for i in range(len(accepted)):
         _box(ax, i, 1, _DRAFT, f"d{i + 1}")
         color = _DRAFT if i < kept else (_NEW if i == kept else _FREE)
-        _box(ax, i, 0, color, "ok" if i < kept else ("t" if i == kept else ""))
+        _box(ax, i, 0, color, "ok" if i < kept else ("own" if i == kept else ""))
     ax.text(-0.3, 1.4, "draft proposes", ha="right", va="center", fontsize=8)
     ax.text(-0.3, 0.4, "target checks", ha="right", va="center", fontsize=8)
     ax.text(len(accepted) + 0.3, 0.4, f"{kept} accepted + 1 from the target\nin one target forward", fontsize=8,
