@@ -152,6 +152,8 @@ _A100_HOSTS = f"{_BANDWIDTH_TEST}: GitHub gengwg/gpu, nvda_gpu_benchmark.md (a D
 _FLASH3 = ("Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024, FlashAttention-3: Fast and Accurate Attention with "
            "Asynchrony and Low-precision, abstract: 'FP16 reaching up to 740 TFLOPs/s (75% utilization)' on H100")
 _PICOTRON = "huggingface/picotron README (the Ultra-Scale Playbook's training code)"
+_GPT_FAST = ("pytorch-labs/gpt-fast README (commit 0f925b5), 'Tokens/Second' and 'Memory Bandwidth (GB/s)': "
+             "Llama-2-7B, batch 1, a 5-token prompt, on an A100-80GB power-limited to 330 W")
 
 
 def _copies(source: str, where: str, **gbps: float) -> tuple[Figure, ...]:
@@ -176,6 +178,12 @@ RECORDED: dict[str, tuple[Figure, ...]] = {
                _FLASH3),
     ),
     "A100": (Figure(271.2, "TFLOP/s", "measured: largest bf16 matrix product reached (MAMF), A100 SXM", _MAMF),
+             Figure(104.9, "tokens/s", "measured: Llama-2-7B decode in bfloat16, batch 1, A100 80 GB at 330 W",
+                    _GPT_FAST),
+             Figure(1397.31, "GB/s", "measured: memory bandwidth that bfloat16 decode reached", _GPT_FAST),
+             Figure(155.58, "tokens/s", "measured: Llama-2-7B decode with int8 weights, batch 1, A100 80 GB at "
+                    "330 W", _GPT_FAST),
+             Figure(1069.20, "GB/s", "measured: memory bandwidth that int8 decode reached", _GPT_FAST),
              *_copies(_A100_HOSTS, "A100-SXM4-80GB, DGX A100", h2d_pageable=10.0, h2d_pinned=25.7,
                       d2h_pageable=10.8, d2h_pinned=25.8)),
     "A100 PCIe 80GB": _copies(_A100_HOSTS, "A100 80GB PCIe, Dell server", h2d_pageable=3.3, h2d_pinned=17.3,

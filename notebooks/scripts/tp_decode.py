@@ -1,4 +1,4 @@
-"""Tensor-parallel decode on 2 processes over gloo, checked against one process (chapter 13.6): run it with
+"""Tensor-parallel decode on 2 processes over gloo, checked against one process (chapter 13.7): run it with
 torchrun.
 
     torchrun --nproc-per-node=2 scripts/tp_decode.py MODEL.pt PROMPT NEW_TOKENS
