@@ -170,6 +170,22 @@ def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
     ("zh-CN", "12_kernels.ipynb", "一个warp等待内存时，另一个计算。", "warp"),
     ("zh-CN", "12_kernels.ipynb", "这就是核融合。", "核融合"),
     ("zh-CN", "12_kernels.ipynb", "寄存器和共享内存决定了占有率。", "占有率"),
+    # chapter 13 (issue 47): the terms of the glossary's Serving group
+    ("vi", "13_serving.ipynb", "Không có bộ nhớ đệm, mỗi bước chạy lại cả chuỗi: đó là KV cache.", "KV cache"),
+    ("vi", "13_serving.ipynb", "Mô hình dùng chú ý truy vấn nhóm.", "chú ý truy vấn nhóm"),
+    ("vi", "13_serving.ipynb", "Bước prefill đọc lời nhắc.", "prefill"),
+    ("vi", "13_serving.ipynb", "Bảng block của mỗi yêu cầu liệt kê các khối.", "Bảng block"),
+    ("vi", "13_serving.ipynb", "Gộp lô liên tục nhận yêu cầu ở mọi bước.", "Gộp lô liên tục"),
+    ("vi", "13_serving.ipynb", "Giải mã đầu cơ dùng một mô hình bản nháp.", "Giải mã đầu cơ"),
+    ("vi", "13_serving.ipynb", "Tỷ lệ chấp nhận là 0.6.", "Tỷ lệ chấp nhận"),
+    ("vi", "10_how_fast.ipynb", "Giả định không có KV cache.", "KV cache"),
+    ("zh-CN", "13_serving.ipynb", "贪婪解码每次选概率最大的词元。", "贪婪解码"),
+    ("zh-CN", "13_serving.ipynb", "键值缓存保存每个词元的键和值。", "键值缓存"),
+    ("zh-CN", "13_serving.ipynb", "预填阶段读入提示词。", "预填"),
+    ("zh-CN", "13_serving.ipynb", "持续批处理在每一步接纳请求。", "持续批处理"),
+    ("zh-CN", "13_serving.ipynb", "首token时延（TTFT）随排队增大。", "首token"),
+    ("zh-CN", "13_serving.ipynb", "投机解码用一个草案模型。", "投机解码"),
+    ("zh-CN", "13_serving.ipynb", "接收率为0.6。", "接收率"),
 ])
 def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, words):
     data = load_terms(TERMS / f"{language}.json")
@@ -197,6 +213,11 @@ def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, wo
      "bộ ghi chuyến bay của chương 11."),
     ("zh-CN", "12_kernels.ipynb", "分块（tile）放在共享内存中；屏障（barrier）；**线程束**（warp）；融合softmax、"
      "算子融合（kernel fusion）；合并访问；占用率；软件流水线；越界检查器。"),
+    ("vi", "13_serving.ipynb", "**Bộ nhớ đệm KV** (KV cache); **điền trước** (prefill) và **giải mã** (decode); "
+     "cơ chế chú ý truy vấn nhóm (GQA, grouped-query attention); bảng khối (block table); gộp batch liên tục; "
+     "giải mã tham lam (greedy decoding), giải mã suy đoán, mô hình nháp, tỉ lệ chấp nhận; `decode_tokens`."),
+    ("zh-CN", "13_serving.ipynb", "KV缓存（KV cache）；预填充（prefill）和解码；分组查询注意力、多查询注意力；"
+     "块表（block table）、块分配器；连续批处理；首词元时延（TTFT）；推测解码、草稿模型、接受率；仅权重量化。"),
 ])
 def test_the_chosen_terms_pass(tmp_path, language, name, text):
     data = load_terms(TERMS / f"{language}.json")
