@@ -37,52 +37,56 @@ def draw_cache_growing(steps: int = 5, prompt: int = 3):
 
 def draw_block_table(block_size: int = 4, lengths=(10, 5, 7)):
     """Requests' positions in fixed-size blocks of one pool; each request's block table lists its blocks."""
-    fig, ax = plt.subplots(figsize=(6.5, 2.6))
+    fig, ax = plt.subplots(figsize=(9, 3.2))
     colors = ["#8ecae6", "#f4a261", "#b5e48c"]
     pool, next_free = {}, 0
+    width = block_size + 0.6  # a block and the gap after it
     for r, length in enumerate(lengths):
         blocks = -(-length // block_size)
         table = list(range(next_free, next_free + blocks))
         next_free += blocks
-        ax.text(-0.3, 3.2 - r, f"request {r}: table {table}", ha="right", va="center", fontsize=8)
+        y = 2.2 + (len(lengths) - 1 - r) * 0.9
+        _box(ax, 0, y, colors[r], w=0.6, h=0.6)
+        ax.text(0.9, y + 0.3, f"request {r}: {length} positions, block table {table}", va="center", fontsize=9)
         for i, b in enumerate(table):
             pool[b] = (r, min(block_size, length - i * block_size))
     for b in range(next_free + 2):
         for slot in range(block_size):
             used = b in pool and slot < pool[b][1]
-            color = colors[pool[b][0]] if used else _FREE
-            _box(ax, b * (block_size + 0.5) * 0.5 + slot * 0.5, -0.2, color, w=0.45, h=0.6)
-        ax.text(b * (block_size + 0.5) * 0.5 + block_size * 0.25, 0.6, f"block {b}", ha="center", fontsize=7)
-    ax.text(0, -0.8, "grey: free or unused positions (at most one partly used block a request)", fontsize=8)
-    _frame(ax, f"A paged KV cache: blocks of {block_size} positions, a table per request")
-    ax.set_xlim(-7, (next_free + 2) * (block_size + 0.5) * 0.5)
-    ax.set_ylim(-1, 3.8)
+            _box(ax, b * width + slot, 0, colors[pool[b][0]] if used else _FREE, w=1, h=1)
+        ax.text(b * width + block_size / 2, 1.15, f"block {b}", ha="center", fontsize=8)
+    ax.text(0, -0.5, "the pool; grey: free, or the unused end of a request's last block", va="top", fontsize=9)
+    _frame(ax, f"A paged KV cache: blocks of {block_size} positions, one block table per request")
+    ax.set_xlim(-0.3, (next_free + 2) * width)
+    ax.set_ylim(-1.2, 2.2 + len(lengths) * 0.9)
     return fig
 
 
 def draw_slots(requests=((2, 6), (2, 3), (2, 2), (2, 5), (2, 4), (2, 2)), slots: int = 2):
     """Static batching (a batch waits for its longest request) against continuous (a free slot takes the next
-    request at once); ``requests`` are (prompt, new tokens) pairs."""
-    fig, axes = plt.subplots(1, 2, figsize=(8, 2.2), sharey=True)
+    request at once); ``requests`` are (prompt, new tokens) pairs. Orange: a request's first token."""
+    fig, axes = plt.subplots(2, 1, figsize=(8, 3.6), sharex=True)
     for ax, continuous in zip(axes, (False, True), strict=True):
         free_at = [0] * slots
         for i, (_, new) in enumerate(requests):
             if continuous:
                 slot = min(range(slots), key=lambda s: free_at[s])
                 start = free_at[slot]
-            else:
-                slot, batch = i % slots, requests[i - i % slots:i - i % slots + slots]
+            else:  # the batch of request i starts when every earlier batch has finished its longest request
+                slot = i % slots
                 start = sum(max(n for _, n in requests[j:j + slots]) for j in range(0, i - i % slots, slots))
-                del batch
             for t in range(new):
-                _box(ax, start + t, slot, _OLD if t else _NEW, str(i) if t == 0 else "")
+                _box(ax, start + t, slot, _OLD if t else _NEW, f"r{i}" if t == 0 else "", w=1, h=0.9)
             free_at[slot] = start + new
+        end = max(free_at)
         for slot in range(slots):
-            ax.text(-0.3, slot + 0.4, f"slot {slot}", ha="right", va="center", fontsize=8)
+            ax.text(-0.3, slot + 0.45, f"slot {slot}", ha="right", va="center", fontsize=9)
+        ax.text(end + 0.3, slots / 2, f"done after {end} iterations", va="center", fontsize=9)
         _frame(ax, "continuous batching" if continuous else "static batching")
-        ax.set_xlim(-2.5, 17)
-        ax.set_ylim(-1, slots + 0.2)
-        ax.text(0, -0.6, "decode iterations ->", fontsize=8)
+        ax.set_xlim(-2, 19)
+        ax.set_ylim(-0.2, slots + 0.1)
+    axes[1].text(0, -0.2, "decode iterations ->", va="top", fontsize=9)
+    fig.tight_layout()
     return fig
 
 
