@@ -103,3 +103,21 @@ def test_the_installer_can_be_pip_alone_and_nothing_else(tmp_path):
                      "-m pip install --no-deps -e ."]
     wrong, _ = install(tmp_path, installer="conda")
     assert wrong.returncode == 2 and wrong.stderr.strip() == "install.sh: D2L_EXT_INSTALLER=conda: expected uv or pip"
+
+
+def test_a_quiet_pip_still_gives_uv_its_settings(tmp_path):
+    """make test-matrix builds Colab's environment with PIP_QUIET=1, under which `pip config list` prints nothing:
+    uv then got one empty argument and failed every step (CI at 15:12, 2026-11-29; pip took over)."""
+    import sys
+
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nfind-links = /planted/wheels\n")
+    environment = {**os.environ, "PIP_QUIET": "1", "PIP_CONFIG_FILE": str(config)}
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "envs" / "uv_options.py")], env=environment,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--find-links=/planted/wheels" in done.stdout.splitlines()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "envs" / "uv_options.py"), str(empty)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout == ""  # not an empty line, which would reach uv as an empty argument

@@ -49,7 +49,10 @@ uv_ready() {  # whether uv can run the steps: installed (once) and given pip's s
       installer=pip
       return 1
     fi
-    mapfile -t uv_options < <("$python" tools/envs/uv_options.py)
+    local line
+    while IFS= read -r line; do  # an empty line would reach uv as an empty argument
+      if [ -n "$line" ]; then uv_options+=("$line"); fi
+    done < <("$python" tools/envs/uv_options.py)
     uv_options+=(--python "$python")  # never empty from here on
     local option
     for option in "${uv_options[@]}"; do

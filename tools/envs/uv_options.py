@@ -17,6 +17,7 @@ Standard library only: install.sh runs it with the new environment's bare Python
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -61,9 +62,14 @@ def main(argv: list[str]) -> int:
         with open(argv[0], encoding="utf-8") as file:
             config_list = file.read()
     else:
-        config_list = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                                     text=True, check=False).stdout
-    print("\n".join(options(config_list)))
+        # pip prints no settings when quiet (PIP_QUIET=1, as tools/envs/colab.py runs the recipe): -v and an
+        # environment without the variable undo that; the lines -v adds are not settings, and are skipped
+        environment = {key: value for key, value in os.environ.items() if key != "PIP_QUIET"}
+        config_list = subprocess.run([sys.executable, "-m", "pip", "config", "list", "-v"], capture_output=True,
+                                     text=True, check=False, env=environment).stdout
+    found = options(config_list)
+    if found:  # no line at all for an unconfigured pip: an empty one would reach uv as an empty argument
+        print("\n".join(found))
     return 0
 
 
