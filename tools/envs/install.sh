@@ -12,8 +12,9 @@
 # 4. with --dev: the test, lint and type-check tools (requirements-dev.txt), which learners never run.
 # --print: print the pip commands instead of running them (what the tests and tools/envs/binder.py read).
 #
-# Each step runs `uv pip install` with the same arguments where it can: uv (pinned below, installed into the
-# environment by pip first) made a fresh .venv in 39 s rather than pip's 117 s here, the same packages (issue 45).
+# Each step runs `uv pip install --compile-bytecode` with the same arguments where it can: uv (pinned below,
+# installed into the environment by pip first) made a fresh .venv in 39 s rather than pip's 117 s here, the same
+# packages (issue 45), and compiles their bytecode as pip does.
 # It is given pip's own indexes, wheel folders and caps (tools/envs/uv_options.py), as it does not read pip's
 # configuration. D2L_EXT_INSTALLER=pip uses pip alone (Binder's postBuild, whose two steps install no package);
 # where uv cannot be installed, or a step fails under uv, pip runs that step, after one line that says so.
@@ -65,7 +66,10 @@ pip() {
   if uv_ready; then
     local options=() option
     for option in "${uv_options[@]}"; do case "$option" in SSL_CERT_FILE=*) ;; *) options+=("$option") ;; esac; done
-    if "$python" -m uv pip install ${PIP_QUIET:+--quiet} "${options[@]}" "$@"; then return; fi
+    # --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) no .pyc would ever be
+    # written, and every kernel would compile torch from source (CI of a3afb0e: kernels 100 MiB larger, make test
+    # 12.7 min instead of about 7.5)
+    if "$python" -m uv pip install --compile-bytecode ${PIP_QUIET:+--quiet} "${options[@]}" "$@"; then return; fi
     echo "install.sh: uv could not install $*; pip tries" >&2
   fi
   "$python" -m pip install "$@"
