@@ -73,7 +73,8 @@ def test_each_step_runs_under_uv_with_this_environments_python(tmp_path):
     python = str(tmp_path / "python")
     assert [call.split(" --python ")[-1] for call in calls] == [
         f"{python} -r requirements.txt", f"{python} --no-deps -r requirements-d2l.txt", f"{python} --no-deps -e ."]
-    assert all(call.startswith("-m uv pip install --compile-bytecode") for call in calls)  # .pyc, as pip writes
+    # .pyc and copied files, as pip writes them
+    assert all(call.startswith("-m uv pip install --compile-bytecode --link-mode=copy") for call in calls)
 
 
 def test_without_uv_pip_installs_it_first_and_then_runs_the_steps(tmp_path):

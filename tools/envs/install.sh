@@ -12,9 +12,10 @@
 # 4. with --dev: the test, lint and type-check tools (requirements-dev.txt), which learners never run.
 # --print: print the pip commands instead of running them (what the tests and tools/envs/binder.py read).
 #
-# Each step runs `uv pip install --compile-bytecode` with the same arguments where it can: uv (pinned below,
-# installed into the environment by pip first) made a fresh .venv in 39 s rather than pip's 117 s here, the same
-# packages (issue 45), and compiles their bytecode as pip does.
+# Each step runs `uv pip install --compile-bytecode --link-mode=copy` with the same arguments where it can: uv
+# (pinned below, installed into the environment by pip first) is faster than pip (the dev environment with cold
+# caches here: pip 117 s, uv 38 s hard-linked, 59 s copied with a warm cache; the same packages, issue 45), and
+# writes bytecode and copied files as pip does (see below).
 # It is given pip's own indexes, wheel folders and caps (tools/envs/uv_options.py), as it does not read pip's
 # configuration. D2L_EXT_INSTALLER=pip uses pip alone (Binder's postBuild, whose two steps install no package);
 # where uv cannot be installed, or a step fails under uv, pip runs that step, after one line that says so.
@@ -69,7 +70,12 @@ pip() {
     # --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) no .pyc would ever be
     # written, and every kernel would compile torch from source (CI of a3afb0e: kernels 100 MiB larger, make test
     # 12.7 min instead of about 7.5)
-    if "$python" -m uv pip install --compile-bytecode ${PIP_QUIET:+--quiet} "${options[@]}" "$@"; then return; fi
+    # --link-mode=copy, as pip writes its files: uv's default hard-links them to its cache, and a kernel of a venv
+    # so linked held about 100 MiB more of torch's libraries resident (libtorch_cpu.so 76 MiB against 52, page
+    # cache dropped; measured here), which failed chapters 3 and 8 under check-memory's budget, while Binder, which
+    # installs with pip, would not see it
+    if "$python" -m uv pip install --compile-bytecode --link-mode=copy ${PIP_QUIET:+--quiet} "${options[@]}" "$@"
+    then return; fi
     echo "install.sh: uv could not install $*; pip tries" >&2
   fi
   "$python" -m pip install "$@"
