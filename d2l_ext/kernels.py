@@ -174,20 +174,20 @@ def _checked(kernel: str, buffers: list[_Buffer], traffic: Traffic):
         size = ptrs.get_element_ty().primitive_bitwidth // 8
         return addresses[mask_data], size
 
-    def checked_load(ptrs, mask, other, *rest):
+    def checked(what: str, ptrs, mask) -> int:
+        """Raise OutOfBounds if an active lane of ``ptrs`` lies outside every buffer; return the bytes it moves."""
         addresses, size = active(ptrs, mask)
         address, owner = _outside(buffers, addresses, size)
         if owner is not None:
-            raise OutOfBounds(_message(kernel, "load", address, owner, size, builder.grid_idx))
-        traffic.read += addresses.size * size
+            raise OutOfBounds(_message(kernel, what, address, owner, size, builder.grid_idx))
+        return addresses.size * size
+
+    def checked_load(ptrs, mask, other, *rest):
+        traffic.read += checked("load", ptrs, mask)
         return load(ptrs, mask, other, *rest)
 
     def checked_store(ptrs, value, mask, *rest):
-        addresses, size = active(ptrs, mask)
-        address, owner = _outside(buffers, addresses, size)
-        if owner is not None:
-            raise OutOfBounds(_message(kernel, "store", address, owner, size, builder.grid_idx))
-        traffic.written += addresses.size * size
+        traffic.written += checked("store", ptrs, mask)
         return store(ptrs, value, mask, *rest)
 
     setattr(builder, "create_masked_load", checked_load)  # noqa: B010 (a method replaced while inside)
