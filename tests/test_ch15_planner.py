@@ -1,0 +1,168 @@
+"""Chapter 15's planner: every term equals the course's own pieces, not the optimum (issue 49)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from d2l_ext import commcost, estimate, pipeline, planner, roofline
+from d2l_ext.planner_model import Block
+
+TINY = planner.ModelConfig("tiny", layers=4, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96, seq=32,
+                           global_batch=8)
+
+
+def test_llama3_parameter_counts_are_exact():
+    counts = {name: model.parameters() for name, model in planner.PRESETS.items()}
+    assert counts == {"Llama 3 8B": 8_030_261_248, "Llama 3 70B": 70_553_706_496,
+                      "Llama 3 405B": 405_853_388_800}
+
+
+def test_parameters_equal_a_built_block():
+    block = Block(TINY.hidden, TINY.heads, TINY.kv_heads, TINY.ffn)
+    assert sum(p.numel() for p in block.parameters()) == TINY.layer_parameters()
+
+
+@pytest.mark.parametrize("recompute", planner.RECOMPUTE)
+@pytest.mark.parametrize("shape", [(2, 16), (2, 32), (4, 16)])
+def test_layer_activations_equal_chapter_8s_count(recompute, shape):
+    batch, seq = shape
+    model = planner.ModelConfig("t", 1, 64, 4, 2, 128, 96, seq, batch)
+    block = Block(64, 4, 2, 128, recompute)
+    x0 = torch.randn(batch, seq, 64, requires_grad=True)
+    saved = estimate.saved_bytes(lambda: block(x0 * 1))["activations"]  # x0 * 1: an activation, as in a stack
+    assert saved == planner.layer_activation_bytes(model, batch, recompute, dtype_bytes=4)
+
+
+def test_selective_recomputation_flops_equal_flop_counter():
+    model = planner.ModelConfig("t", 1, 64, 4, 2, 128, 96, 16, 2)
+    counts = {}
+    for recompute in ("none", "selective"):
+        block = Block(64, 4, 2, 128, recompute)
+        x = torch.randn(2, 16, 64, requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            block(x).sum().backward()
+        counts[recompute] = counter.get_total_flops()
+    assert counts["selective"] - counts["none"] == planner.recompute_flops(model, 2 * 16, "selective")
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("dp", [1, 8, 64])
+def test_model_state_equals_zero_bytes(stage, dp):
+    model = planner.PRESETS["Llama 3 8B"]
+    layout = planner.Layout(dp=dp, zero=stage)
+    terms = planner.memory_terms(model, layout, 1)
+    state = terms["parameters"] + terms["gradients"] + terms["optimizer state"]
+    assert state == estimate.zero_bytes_per_gpu(model.parameters(), dp, stage)
+    if stage == 0:
+        assert state == 16 * model.parameters()  # the Playbook's 16 bytes a parameter
+
+
+def test_more_gpus_never_hold_more_state():
+    model = planner.PRESETS["Llama 3 70B"]
+    states = [sum(list(planner.memory_terms(model, planner.Layout(dp=n, zero=3), 1).values())[:3])
+              for n in (1, 2, 4, 8, 16)]
+    assert states == sorted(states, reverse=True)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 64])
+def test_bubble_and_in_flight_equal_chapter_9s_simulator(p, m):
+    timeline = pipeline.simulate(pipeline.schedule("1f1b", p, m), t_f=1, t_b=2)
+    assert planner.one_f_one_b(p, m) == (timeline.makespan, timeline.in_flight(0))
+    assert (3 * (m + p - 1), min(p, m)) == (timeline.makespan, timeline.in_flight(0))  # the closed form
+
+
+def test_tensor_parallel_comm_equals_the_alpha_beta_model():
+    model, cluster = planner.PRESETS["Llama 3 8B"], planner.Cluster("H100", 64)
+    layout = planner.Layout(dp=8, tp=8)
+    m = planner.check(model, cluster, layout)
+    act = 2 * model.seq * model.hidden
+    one = sum(commcost.collective_seconds(op, 8, act, 5e-6, 450e9) for op in ("all_gather", "reduce_scatter"))
+    got = planner.time_terms(model, cluster, layout, m)["tensor-parallel comm"]
+    assert got == pytest.approx(m * model.layers * 4 * one, rel=1e-12)
+
+
+def test_data_parallel_comm_uses_chapter_10s_overlap():
+    # compute far longer than communication: only the last bucket's all-reduce (the first layer's) is exposed
+    model, cluster = TINY, planner.Cluster("H100", 2, efficiency=1e-9)
+    terms = planner.time_terms(model, cluster, planner.Layout(dp=2, zero=0), 4)
+    one = commcost.collective_seconds("all_reduce", 2, 2 * TINY.layer_parameters(), 5e-6, 450e9)
+    assert terms["data-parallel comm"] == pytest.approx(one, rel=1e-9)
+    slow = planner.Cluster("H100", 2, intra=1.0)  # 1 byte/s: every all-reduce waits for the one before
+    reduce = commcost.collective_seconds("all_reduce", 2, 2 * TINY.layer_parameters(), 5e-6, 1.0)
+    exposed = planner.time_terms(model, slow, planner.Layout(dp=2, zero=0), 4)["data-parallel comm"]
+    assert reduce < exposed < TINY.layers * reduce
+
+
+def test_compute_equals_training_seconds():
+    model, cluster = planner.PRESETS["Llama 3 8B"], planner.Cluster("H100", 8)
+    tokens = model.global_batch * model.seq
+    compute = planner.time_terms(model, cluster, planner.Layout(dp=8), 256)["compute"]
+    weights = roofline.training_seconds(model.matmul_parameters(), tokens, 8, "H100", "bfloat16", 0.4)
+    attention = planner.attention_flops(model, tokens) / (8 * 989.4e12 * 0.4)
+    assert compute == pytest.approx(weights + attention, rel=1e-12)
+
+
+def test_ring_and_all_to_all_bytes():
+    model = planner.ModelConfig("t", 2, 64, 4, 2, 128, 96, 64, 4, experts=4, top_k=2)
+    assert planner.ring_attention_bytes(model, 3, 4, dtype_bytes=4) == 3 * 2 * 3 * 16 * 32 * 4
+    assert planner.expert_all_to_all_bytes(model, 3, 2, dtype_bytes=4) == 3 * 32 * 2 * 64 * 4
+
+
+def test_how_to_scale_your_models_thresholds():
+    # SB, gpus.md: a Megatron MLP is communication-bound beyond t = F/2200 in a node (450 GB/s), F/2475 across
+    for link, constant in ((450e9, 2200), (400e9, 2475)):
+        t = roofline.tp_comm_bound_degree("H100", "bfloat16", link, 28672) - 1  # the exact ring adds 1
+        assert 28672 / t == pytest.approx(constant, rel=2e-3)
+
+
+def test_published_layout_is_evaluated():
+    model, cluster = planner.PRESETS["Llama 3 405B"], planner.Cluster("H100", 8192)
+    layout = planner.Layout(dp=64, tp=8, pp=16, recompute="selective")
+    result = planner.evaluate(model, cluster, layout)
+    assert set(result.memory) >= {"parameters", "activations"} and result.step_seconds > 0
+    assert "pipeline bubble" in result.explain()
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    (planner.Layout(dp=3), "not the 8 GPUs"),
+    (planner.Layout(dp=1, tp=8), "does not divide the 4 heads"),
+    (planner.Layout(dp=2, pp=4, tp=1, cp=1), "divides neither"),
+    (planner.Layout(dp=1, cp=8), "do not divide the sequence"),
+    (planner.Layout(dp=8, ep=3), "does not divide the 1 experts"),
+])
+def test_bad_layouts_raise(layout, message):
+    model = planner.ModelConfig("t", 3, 64, 4, 2, 128, 96, 8, 16)
+    with pytest.raises(ValueError, match=message):
+        planner.evaluate(model, planner.Cluster("H100", 8), layout)
+
+
+def test_unknown_gpu_raises():
+    with pytest.raises(ValueError, match="not in the course's hardware table"):
+        planner.Cluster("H900", 8)
+
+
+def test_nothing_fits_names_the_smallest():
+    with pytest.raises(ValueError, match=r"no layout fits: the smallest needs [\d.]+ GB"):
+        planner.plan(planner.PRESETS["Llama 3 405B"], planner.Cluster("H100", 8))
+
+
+def test_plan_ranks_fitting_layouts_fastest_first():
+    plans = planner.plan(planner.PRESETS["Llama 3 8B"], planner.Cluster("H100", 64), top=5)
+    assert len(plans) == 5
+    assert [p.step_seconds for p in plans] == sorted(p.step_seconds for p in plans)
+    assert all(p.memory_bytes <= 80e9 * 0.9 for p in plans)
+
+
+def test_full_recomputation_flops_equal_flop_counter():
+    model = planner.ModelConfig("t", 1, 64, 4, 2, 128, 96, 16, 2)
+    counts = {}
+    for recompute in ("none", "full"):
+        block = Block(64, 4, 2, 128, recompute)
+        x = torch.randn(2, 16, 64, requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            block(x * 1).sum().backward()
+        counts[recompute] = counter.get_total_flops()
+    assert counts["full"] - counts["none"] == planner.recompute_flops(model, 2 * 16, "full")
