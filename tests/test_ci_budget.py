@@ -14,7 +14,7 @@ import pytest
 from tools.deadline import DEADLINE_VARIABLE, deadline, not_run, past_deadline
 
 REPO = Path(__file__).resolve().parents[1]
-OPTIONAL = ["make check-tags --mode gpu", "make book", "make check-book", "make check-memory", "make test-matrix"]
+OPTIONAL = ["make check-tags --mode gpu", "make check-memory", "make book", "make check-book", "make test-matrix"]
 
 FAKE_MAKE = """#!/usr/bin/env bash
 # a stand-in for make: logs its arguments; `make test` takes FAKE_TEST_SECONDS; FAKE_FAIL names a target that fails
@@ -22,6 +22,7 @@ echo "$*" >> "$FAKE_MAKE_LOG"
 case "$1" in
   test) sleep "${FAKE_TEST_SECONDS:-0}" ;;
   test-matrix) [ -n "${FAKE_MATRIX_SAYS:-}" ] && echo "$FAKE_MATRIX_SAYS" ;;
+  check-memory) sleep "${FAKE_MEMORY_SECONDS:-0}"; echo "check-memory ended" >> "$FAKE_MAKE_LOG" ;;
 esac
 [ "$1" != "${FAKE_FAIL:-}" ]
 """
@@ -73,12 +74,35 @@ def test_a_pass_that_left_something_out_is_named_on_the_last_line(tmp_path):
 
 
 def test_a_failed_step_fails_the_run_and_is_named(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book")
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book", FAKE_MEMORY_SECONDS="20")
     assert done.returncode != 0
-    assert not any(m.split()[0] == "check-memory" for m in made)  # nothing after a failure
+    assert not any(m.split()[0] == "test-matrix" for m in made)  # nothing after a failure
+    assert "check-memory ended" not in made  # the step beside it is stopped, not waited for
     lines = done.stdout.strip().splitlines()
     assert any(line.startswith("| make book |") and line.endswith("| FAILED |") for line in lines)
+    assert any(line.startswith("| make check-memory |") and line.endswith("| STOPPED |") for line in lines)
     assert lines[-1] == "FAILED: make book"
+
+
+def test_check_memory_runs_beside_the_book_and_the_matrix_and_is_waited_for(tmp_path):
+    done, made = ci_run(tmp_path, "60", FAKE_MEMORY_SECONDS="3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))]
+    # started before the book and the matrix, and ended after them (it takes 3 s, they take none)
+    assert steps.index("check-memory") < steps.index("book") < steps.index("test-matrix"), made
+    assert made[-1] == "check-memory ended", made
+    lines = done.stdout.strip().splitlines()
+    assert any(line.startswith("| make check-memory |") and line.endswith("| passed |") for line in lines)
+    assert lines[-1] == "every step ran"
+
+
+def test_a_failure_beside_the_other_steps_fails_the_run_and_is_named(tmp_path):
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="check-memory", FAKE_MEMORY_SECONDS="1")
+    assert done.returncode != 0
+    assert any(m.split()[0] == "test-matrix" for m in made)  # the steps beside it went on
+    lines = done.stdout.strip().splitlines()
+    assert any(line.startswith("| make check-memory |") and line.endswith("| FAILED |") for line in lines)
+    assert lines[-1] == "FAILED: make check-memory"
 
 
 @pytest.mark.parametrize("budget", ["ten", "-5", "0", "", "1e3"])

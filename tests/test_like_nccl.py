@@ -7,15 +7,12 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
 from d2l_ext import launch, ranks
-from tools.outputs.run import LAUNCH_LIMIT, NBVAL_OPTIONS, TEST_ENVIRONMENT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,21 +92,6 @@ def test_a_run_that_would_wait_past_its_limit_names_node_rank_and_last_step(tmp_
     assert "waiting 600 s for the watchdog" in message, message
     assert "attempt 0: step 3 done" in message, message  # the last step node 0 finished
     assert "node 1 dies at step 4" in message, message
-
-
-@pytest.mark.launches
-def test_chapter_11_under_the_mode_prints_what_its_text_says():
-    """Chapter 11 run as CI runs it, its stored outputs compared, with gloo failing the NCCL way: the two-node,
-    killed-worker and lost-node runs and hang.py finish within their cells' limits, and print the same steps,
-    attempts and lines (the lost node's run waits 30 s more: survive.py's --timeout)."""
-    assert LAUNCH_LIMIT < 300
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *NBVAL_OPTIONS, "-q", "-p", "no:xdist",
-         "notebooks/11_survive.ipynb"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-        env={**os.environ, **TEST_ENVIRONMENT, ranks.LIKE_NCCL: "1"})
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and "failed" not in done.stdout
 
 
 def test_join_keeps_a_rank_on_the_cpu_when_asked_even_with_gpus(monkeypatch, tmp_path):

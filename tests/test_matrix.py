@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from d2l_ext.ranks import LIKE_NCCL
 from tools.envs import matrix
 from tools.envs.matrix import COMBINED, EACH, Variant
 
@@ -142,6 +143,15 @@ def test_the_second_combined_run_is_a_late_load_pass_on_colabs_packages(monkeypa
 def test_the_two_combined_runs_stretch_the_clocks_on_both_sides_of_each_cells_turn():
     loads = {v.environment.get("D2L_EXT_SLOW_CLOCK_LOAD") for v in COMBINED if "slow-clock" in v.pretend}
     assert loads == {"early", "late"}  # a stopwatch fact flips in one of them, as under make check-timing
+
+
+def test_one_combined_run_makes_gloo_fail_as_nccl_does_so_chapter_11_is_checked_that_way(monkeypatch, tmp_path):
+    """Chapter 11 under D2L_EXT_LIKE_NCCL=1 (tests/test_like_nccl.py tests the mode itself) runs in the matrix's
+    second run, not as a second pass of chapter 11 in make test: its notebooks' kernels get the mode."""
+    assert matrix.LIKE_NCCL == LIKE_NCCL
+    assert [v.environment.get(LIKE_NCCL) for v in COMBINED] == [None, "1"]
+    (tests, tests_env), _ = colab_run(monkeypatch, tmp_path)[0]
+    assert "notebooks" in tests and tests_env[LIKE_NCCL] == "1"
 
 
 def test_pins_that_do_not_resolve_on_colabs_python_fail_the_run(monkeypatch, tmp_path):
