@@ -115,12 +115,13 @@ def simulated_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranks: int
     out = torch.empty_like(q)
     for rank in range(ranks):
         mine = held[rank]
-        result, lse = None, None
-        for step in range(ranks):
+        result, lse = block_attention(q[..., mine, :], k[..., mine, :], v[..., mine, :],
+                                      causal_mask(mine, mine) if causal else None, guard)
+        for step in range(1, ranks):
             source = held[(rank - step) % ranks]  # the block that reached this rank at this step
             mask = causal_mask(mine, source) if causal else None
             block = block_attention(q[..., mine, :], k[..., source, :], v[..., source, :], mask, guard)
-            result, lse = block if result is None else merge(result, lse, *block, guard=guard)
+            result, lse = merge(result, lse, *block, guard=guard)
         out[..., mine, :] = result
     return out
 
@@ -159,14 +160,17 @@ class RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, ring, held, causal):  # type: ignore[override]
-        out, lse, block_k, block_v = None, None, k, v
-        for step in range(ring.world):
-            wait = ring.start(block_k, block_v) if step < ring.world - 1 else None  # next block moves meanwhile
-            mask = causal_mask(held[ring.rank], held[(ring.rank - step) % ring.world]) if causal else None
-            block = block_attention(q, block_k, block_v, mask)
-            out, lse = block if out is None else merge(out, lse, *block)
-            if wait is not None:
-                block_k, block_v = wait()
+        def mask(step: int) -> torch.Tensor | None:
+            return causal_mask(held[ring.rank], held[(ring.rank - step) % ring.world]) if causal else None
+
+        block_k, block_v = k, v
+        wait = ring.start(block_k, block_v) if ring.world > 1 else None  # the next block moves meanwhile
+        out, lse = block_attention(q, block_k, block_v, mask(0))
+        for step in range(1, ring.world):
+            assert wait is not None
+            block_k, block_v = wait()
+            wait = ring.start(block_k, block_v) if step < ring.world - 1 else None
+            out, lse = merge(out, lse, *block_attention(q, block_k, block_v, mask(step)))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.ring, ctx.held, ctx.causal = ring, held, causal
         return out
@@ -248,17 +252,22 @@ def simulated_all_to_all(sent: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 def simulated_ulysses(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ranks: int,
                       causal: bool = False) -> torch.Tensor:
     """Return Ulysses attention of (batch, seq, heads, dim) tensors with every rank run in this process."""
-    shards = [[t.chunk(ranks, dim=1)[r] for r in range(ranks)] for t in (q, k, v)]
+    check_heads(q.shape[2], ranks)
 
     def swap(per_rank: list[torch.Tensor], turn: Callable) -> list[torch.Tensor]:
         sent: list[torch.Tensor] = []
-        for shard in per_rank:  # the sending half of each rank's layout change
-            turn(shard, ranks, lambda x, sent=sent: sent.append(x) or x)
-        got = simulated_all_to_all(sent)
-        return [turn(shard, ranks, lambda x, g=g: g) for shard, g in zip(per_rank, got, strict=True)]
 
-    heads = [swap(s, sequence_to_heads) for s in shards]
-    outs = [full_attention(*(h[r].transpose(1, 2) for h in heads), causal).transpose(1, 2) for r in range(ranks)]
+        def keep(x: torch.Tensor) -> torch.Tensor:  # the sending half of each rank's layout change
+            sent.append(x)
+            return x
+        for shard in per_rank:
+            turn(shard, ranks, keep)
+        got = iter(simulated_all_to_all(sent))
+        return [turn(shard, ranks, lambda _: next(got)) for shard in per_rank]
+
+    heads = [swap(list(t.chunk(ranks, dim=1)), sequence_to_heads) for t in (q, k, v)]
+    outs = [full_attention(heads[0][r].transpose(1, 2), heads[1][r].transpose(1, 2), heads[2][r].transpose(1, 2),
+                           causal).transpose(1, 2) for r in range(ranks)]
     return torch.cat(swap(outs, heads_to_sequence), dim=1)
 
 

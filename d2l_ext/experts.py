@@ -69,7 +69,7 @@ def route(logits: torch.Tensor, top_k: int, capacity_factor: float) -> Routing:
 
 
 def load_balancing_loss(routing: Routing) -> torch.Tensor:
-    """Return Switch's auxiliary loss: experts · Σ_e (share of assignments to e) · (mean probability of e); 1 if even."""
+    """Return Switch's auxiliary loss: experts · Σ_e (share of choices of e) · (mean probability of e); 1 if even."""
     experts = routing.probabilities.shape[-1]
     share = torch.bincount(routing.experts.flatten(), minlength=experts) / routing.experts.numel()
     return experts * (share.to(routing.probabilities.dtype) * routing.probabilities.mean(0)).sum()

@@ -83,7 +83,8 @@ def test_a_fully_masked_block_gives_nan_without_the_guard():
     assert out.isnan().all() and torch.isneginf(lse).all()
     out, lse = context.block_attention(q, k, v, mask)
     assert torch.equal(out, torch.zeros_like(out))
-    bad = context.simulated_ring(*qkv(2, 64, 16), 2, causal=True, layout="zigzag", guard=False)
+    q, k, v = qkv(2, 64, 16)
+    bad = context.simulated_ring(q, k, v, 2, causal=True, layout="zigzag", guard=False)
     assert int(bad.isnan().any(-1).sum()) == 32  # rank 0's first chunk, 16 rows, in each of 2 sequences
 
 
@@ -110,7 +111,8 @@ def test_ulysses_refuses_heads_that_do_not_split_and_counts_its_bytes():
     with pytest.raises(ValueError, match="6 heads do not split over 4 ranks"):
         context.check_heads(6, 4)
     with pytest.raises(ValueError, match="heads do not split"):
-        context.simulated_ulysses(*qkv(1, 8, 6, 4), 4)
+        q, k, v = qkv(1, 8, 6, 4)
+        context.simulated_ulysses(q, k, v, 4)
     assert context.ulysses_bytes(2, 64, 4, 16, 2, 8) == context.multihead_ring_bytes(2, 64, 4, 16, 2, 8) == 65_536
     assert context.ulysses_bytes(2, 64, 4, 16, 4, 8) < context.multihead_ring_bytes(2, 64, 4, 16, 4, 8)
 

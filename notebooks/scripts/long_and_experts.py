@@ -39,6 +39,19 @@ def relative(difference: torch.Tensor, reference: torch.Tensor) -> float:
     return (difference.abs().max() / reference.abs().max()).item()
 
 
+def grad(t: torch.Tensor) -> torch.Tensor:
+    """Return ``t``'s gradient (after backward)."""
+    assert t.grad is not None
+    return t.grad
+
+
+def world_group() -> dist.ProcessGroup:
+    """Return the default process group."""
+    group = dist.group.WORLD
+    assert group is not None
+    return group
+
+
 def worst(value: float) -> float:
     """Return the largest ``value`` over the ranks."""
     t = torch.tensor([value], dtype=torch.float64)
@@ -55,20 +68,20 @@ def same_random(*shape: int, seed: int, dtype=torch.float64, device=None) -> tor
 def ring_check(dtype: torch.dtype, causal: bool, layout: str, device: torch.device) -> dict:
     """Ring attention forward and backward against one process: errors and bytes sent."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    q, k, v, grad = (same_random(B, S, D, seed=i, dtype=dtype, device=device) for i in range(4))
+    q, k, v, upstream = (same_random(B, S, D, seed=i, dtype=dtype, device=device) for i in range(4))
     whole = [t.clone().requires_grad_() for t in (q, k, v)]
-    (context.full_attention(*whole, causal=causal) * grad).sum().backward()
+    (context.full_attention(whole[0], whole[1], whole[2], causal=causal) * upstream).sum().backward()
     mine = context.positions(S, world, rank, layout).to(device)
     parts = [t[:, mine].clone().requires_grad_() for t in (q, k, v)]
     ring = context.Ring()
-    out = context.ring_attention(*parts, ring, S, causal=causal, layout=layout)
+    out = context.ring_attention(parts[0], parts[1], parts[2], ring, S, causal=causal, layout=layout)
     forward_bytes = ring.bytes_sent
-    (out * grad[:, mine]).sum().backward()
+    (out * upstream[:, mine]).sum().backward()
     reference = context.full_attention(q, k, v, causal=causal)[:, mine]
     size = torch.finfo(dtype).bits // 8
     return {"dtype": str(dtype).removeprefix("torch."), "causal": causal, "layout": layout,
             "output_error": worst(relative(out - reference, reference)),
-            "gradient_error": worst(max(relative(p.grad - w.grad[:, mine], w.grad[:, mine])
+            "gradient_error": worst(max(relative(grad(p) - grad(w)[:, mine], grad(w)[:, mine])
                                         for p, w in zip(parts, whole, strict=True))),
             "forward_bytes": forward_bytes, "backward_bytes": ring.bytes_sent - forward_bytes,
             "forward_formula": context.ring_bytes(B, S, D, world, size),
@@ -110,7 +123,7 @@ def autograd_all_to_all(sent_bytes: list[int]):
 
     def exchange(t: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> torch.Tensor:
         sent_bytes[0] += (sum(in_splits) - in_splits[rank]) * t.shape[1] * t.element_size()
-        out = all_to_all_single_autograd(t.contiguous(), out_splits, in_splits, dist.group.WORLD)
+        out = all_to_all_single_autograd(t.contiguous(), out_splits, in_splits, world_group())
         return wait_tensor(out)
     return exchange
 
@@ -125,13 +138,10 @@ def moe_check(device: torch.device, tokens: int = 24, experts_count: int = 4) ->
     ours = slice(rank * tokens, (rank + 1) * tokens)
     # one process: the same MoE on each rank's tokens (a capacity per rank, as expert parallelism has)
     x_ref = x_all.clone().requires_grad_()
-    for r in range(world):
-        part = slice(r * tokens, (r + 1) * tokens)
-        out_ref, _ = moe(x_ref[part])
-        (out_ref * grad_all[part]).sum().backward()
-        if r == rank:
-            reference = out_ref.detach()
-    reference_grads = [p.grad.clone() for p in moe.experts.parameters()]
+    outputs = [moe(x_ref[r * tokens:(r + 1) * tokens])[0] for r in range(world)]
+    (torch.cat(outputs) * grad_all).sum().backward()
+    reference = outputs[rank].detach()
+    reference_grads = [grad(p).clone() for p in moe.experts.parameters()]
     moe.zero_grad()
     x = x_all[ours].clone().requires_grad_()
     sent = [0]
@@ -151,9 +161,9 @@ def moe_check(device: torch.device, tokens: int = 24, experts_count: int = 4) ->
     all_counts = [torch.empty_like(counts) for _ in range(world)]
     dist.all_gather(all_counts, counts)
     return {"output_error": worst((out - reference).abs().max().item()),
-            "expert_gradient_error": worst(max((p.grad - g).abs().max().item()
+            "expert_gradient_error": worst(max((grad(p) - g).abs().max().item()
                                                for p, g in zip(mine, theirs, strict=True))),
-            "input_gradient_error": worst((x.grad - x_ref.grad[ours]).abs().max().item()),
+            "input_gradient_error": worst((grad(x) - grad(x_ref)[ours]).abs().max().item()),
             "tokens_per_expert": [c.tolist() for c in all_counts], "capacity": routing.capacity,
             "dropped": routing.dropped(),
             "dropped_formula": int((assigned - routing.capacity).clamp(min=0).sum()),
@@ -170,9 +180,9 @@ def all_gather_check(device: torch.device) -> dict:
     import torch.distributed.nn.functional as deprecated
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    q, k, v, grad = (same_random(B, S, D, seed=30 + i, device=device) for i in range(4))
+    q, k, v, upstream = (same_random(B, S, D, seed=30 + i, device=device) for i in range(4))
     whole = [t.clone().requires_grad_() for t in (k, v)]
-    (context.full_attention(q, *whole) * grad).sum().backward()
+    (context.full_attention(q, whole[0], whole[1]) * upstream).sum().backward()
     mine = slice(rank * S // world, (rank + 1) * S // world)
     errors = {}
     for name in ("deprecated", "functional"):
@@ -182,9 +192,9 @@ def all_gather_check(device: torch.device) -> dict:
             if name == "deprecated":
                 gathered = [torch.cat(deprecated.all_gather(p), dim=1) for p in parts]
             else:
-                gathered = [functional.all_gather_tensor_autograd(p, 1, dist.group.WORLD) for p in parts]
-        (context.full_attention(q[:, mine], *gathered) * grad[:, mine]).sum().backward()
-        errors[name] = worst(max((p.grad - w.grad[:, mine]).abs().max().item()
+                gathered = [functional.all_gather_tensor_autograd(p, 1, world_group()) for p in parts]
+        (context.full_attention(q[:, mine], gathered[0], gathered[1]) * upstream[:, mine]).sum().backward()
+        errors[name] = worst(max((grad(p) - grad(w)[:, mine]).abs().max().item()
                                  for p, w in zip(parts, whole, strict=True)))
     return errors
 
