@@ -172,13 +172,16 @@ class Plan:
 
 
 def layer_activation_bytes(model: ModelConfig, micro_batch: int, recompute: str = "none", tp: int = 1,
-                           cp: int = 1, sp: bool = True, dtype_bytes: int = 2) -> float:
+                           cp: int = 1, sp: bool = True, dtype_bytes: int = 2, gathered: int = 0) -> float:
     """Bytes one rank's autograd saves for one block and one micro-batch (the course's block, counted as chapter
     8's ``estimate.saved_bytes`` counts it: see the tests). Per token, with h = hidden, f = ffn:
 
     - 10h + 2 numbers for the norms, their outputs, q, k, v (k and v repeated to every head), attention's output,
       the residual; 4f for the MLP (gate, its SiLU, up, their product). Tensor parallelism splits q, k, v,
-      attention's output and the MLP by tp; sequence parallelism (``sp``) splits the norms' 6h + 2 too;
+      attention's output and the MLP by tp; sequence parallelism (``sp``) splits the norms' 6h + 2 too, as
+      Megatron-LM does (it saves the norms' outputs split and gathers them again for the backward pass).
+      ``gathered``: how many layers save their all-gathered input whole instead (PyTorch's ColwiseParallel
+      after SequenceParallel: one copy per layer, 5 in the course's block);
     - "none" adds the softmax's output, heads x seq numbers a token, split by tp, and the causal mask (seq x seq
       booleans); "selective" recomputes them from q and k; "full" keeps only each block's input (h).
     Context parallelism splits the tokens by cp: a rank's queries meet all seq keys."""
@@ -186,7 +189,10 @@ def layer_activation_bytes(model: ModelConfig, micro_batch: int, recompute: str 
         raise ValueError(f"recompute must be one of {RECOMPUTE}, not {recompute!r}")
     h, f, e = model.hidden, model.ffn * model.top_k, dtype_bytes
     tokens = micro_batch * model.seq // cp
-    norms = (6 * h + 2) / (tp if sp else 1)
+    if not sp or tp == 1:
+        norms = 6 * h + 2
+    else:
+        norms = (4 * h + 2) / tp + (gathered * h if gathered else 2 * h / tp)
     if recompute == "full":
         return e * tokens * h / (tp if sp else 1)
     saved = e * tokens * (norms + (4 * h + 4 * f) / tp)

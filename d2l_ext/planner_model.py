@@ -56,15 +56,14 @@ class Block(nn.Module):
         return out.repeat_interleave(heads // out.shape[1], 1) if out.shape[1] < heads else out
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
         y = self.norm1(x)
-        q = self.split(y, self.q, self.q.out_features // self.head_dim)
+        q = self.split(y, self.q, 0)  # this rank's heads: all, or its share under tensor parallelism
         k, v = self.split(y, self.k, q.shape[1]), self.split(y, self.v, q.shape[1])
         if self.recompute == "selective":
             a = checkpoint(self.core, q, k, v, use_reentrant=False)
         else:
             a = self.core(q, k, v)
-        return x + self.o(a.transpose(1, 2).reshape(b, n, -1))
+        return x + self.o(a.transpose(1, 2).flatten(2))  # (batch, seq, heads x head_dim)
 
     def layer(self, x: torch.Tensor) -> torch.Tensor:
         x = self.attention(x)
