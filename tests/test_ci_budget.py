@@ -14,7 +14,7 @@ import pytest
 from tools.deadline import DEADLINE_VARIABLE, deadline, not_run, past_deadline
 
 REPO = Path(__file__).resolve().parents[1]
-OPTIONAL = ["make check-tags --mode gpu", "make check-memory", "make book", "make check-book", "make test-matrix"]
+OPTIONAL = ["make check-tags --mode gpu", "make book", "make check-book", "make test-matrix"]
 
 FAKE_MAKE = """#!/usr/bin/env bash
 # a stand-in for make: logs its arguments; `make test` takes FAKE_TEST_SECONDS; FAKE_FAIL names a target that fails
@@ -22,7 +22,7 @@ echo "$*" >> "$FAKE_MAKE_LOG"
 case "$1" in
   test) sleep "${FAKE_TEST_SECONDS:-0}" ;;
   test-matrix) [ -n "${FAKE_MATRIX_SAYS:-}" ] && echo "$FAKE_MATRIX_SAYS" ;;
-  check-memory) sleep "${FAKE_MEMORY_SECONDS:-0}"; echo "check-memory ended" >> "$FAKE_MAKE_LOG" ;;
+  check-book) sleep "${FAKE_BESIDE_SECONDS:-0}"; echo "check-book ended" >> "$FAKE_MAKE_LOG" ;;
 esac
 [ "$1" != "${FAKE_FAIL:-}" ]
 """
@@ -49,7 +49,7 @@ def test_past_the_budget_make_test_runs_whole_and_the_optional_passes_do_not(tmp
     done, made = ci_run(tmp_path, "0.01", FAKE_TEST_SECONDS="1.5")  # 0.6 s of budget, make test takes 1.5 s
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dev" in made and "test" in made
-    assert not any(m.split()[0] in {"check-tags", "book", "check-book", "check-memory", "test-matrix"} for m in made)
+    assert not any(m.split()[0] in {"check-tags", "book", "check-book", "test-matrix"} for m in made)
     lines = done.stdout.strip().splitlines()
     assert lines[-1] == "NOT RUN: " + "; ".join(OPTIONAL)
     for name in OPTIONAL:
@@ -62,7 +62,7 @@ def test_within_the_budget_every_step_runs(tmp_path):
     done, made = ci_run(tmp_path, "60")
     assert done.returncode == 0, done.stdout + done.stderr
     assert [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))][:2] == ["dev", "test"]
-    for target in ("check-tags", "book", "check-book", "check-memory", "test-matrix"):
+    for target in ("check-tags", "book", "check-book", "test-matrix"):
         assert any(m.split()[0] == target for m in made), target
     assert done.stdout.strip().splitlines()[-1] == "every step ran"
 
@@ -74,35 +74,40 @@ def test_a_pass_that_left_something_out_is_named_on_the_last_line(tmp_path):
 
 
 def test_a_failed_step_fails_the_run_and_is_named(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book", FAKE_MEMORY_SECONDS="20")
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="test-matrix", FAKE_BESIDE_SECONDS="20")
     assert done.returncode != 0
-    assert not any(m.split()[0] == "test-matrix" for m in made)  # nothing after a failure
-    assert "check-memory ended" not in made  # the step beside it is stopped, not waited for
+    assert "check-book ended" not in made  # the step beside it is stopped, not waited for
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make book |") and line.endswith("| FAILED |") for line in lines)
-    assert any(line.startswith("| make check-memory |") and line.endswith("| STOPPED |") for line in lines)
-    assert lines[-1] == "FAILED: make book"
+    assert any(line.startswith("| make test-matrix |") and line.endswith("| FAILED |") for line in lines)
+    assert any(line.startswith("| make check-book |") and line.endswith("| STOPPED |") for line in lines)
+    assert lines[-1] == "FAILED: make test-matrix"
 
 
-def test_check_memory_runs_beside_the_book_and_the_matrix_and_is_waited_for(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_MEMORY_SECONDS="3")
+def test_nothing_starts_after_a_failure(tmp_path):
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book")
+    assert done.returncode != 0
+    assert not any(m.split()[0] in {"check-book", "test-matrix"} for m in made)
+    assert done.stdout.strip().splitlines()[-1] == "FAILED: make book"
+
+
+def test_the_books_check_runs_beside_the_matrix_and_is_waited_for(tmp_path):
+    done, made = ci_run(tmp_path, "60", FAKE_BESIDE_SECONDS="3")
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))]
-    # started before the book and the matrix, and ended after them (it takes 3 s, they take none)
-    assert steps.index("check-memory") < steps.index("book") < steps.index("test-matrix"), made
-    assert made[-1] == "check-memory ended", made
+    assert steps.index("check-book") < steps.index("test-matrix"), made  # started first, ended last (3 s)
+    assert made[-1] == "check-book ended", made
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make check-memory |") and line.endswith("| passed |") for line in lines)
+    assert any(line.startswith("| make check-book |") and line.endswith("| passed |") for line in lines)
     assert lines[-1] == "every step ran"
 
 
 def test_a_failure_beside_the_other_steps_fails_the_run_and_is_named(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="check-memory", FAKE_MEMORY_SECONDS="1")
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="check-book", FAKE_BESIDE_SECONDS="1")
     assert done.returncode != 0
     assert any(m.split()[0] == "test-matrix" for m in made)  # the steps beside it went on
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make check-memory |") and line.endswith("| FAILED |") for line in lines)
-    assert lines[-1] == "FAILED: make check-memory"
+    assert any(line.startswith("| make check-book |") and line.endswith("| FAILED |") for line in lines)
+    assert lines[-1] == "FAILED: make check-book"
 
 
 @pytest.mark.parametrize("budget", ["ten", "-5", "0", "", "1e3"])

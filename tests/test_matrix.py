@@ -34,7 +34,9 @@ def test_combined_is_the_default_and_each_is_nine_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(matrix, "run_variant", lambda variant, folder, remove=False: chosen.append(variant) or
                         matrix.Result(variant, passed=1))
     assert matrix.main(["--report", str(tmp_path / "r.md")]) == 0
-    assert chosen == COMBINED
+    assert sorted(v.name for v in chosen) == sorted(v.name for v in COMBINED)  # the memory run beside the other
+    rows = [line.split(" | ")[0][2:] for line in (tmp_path / "r.md").read_text().splitlines()[2:]]
+    assert rows == [v.name for v in COMBINED]
     chosen.clear()
     assert matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
     assert chosen == EACH and len(EACH) == 9
@@ -46,10 +48,12 @@ class Ran:
 
     def __init__(self):
         self.arguments: list[str] = []
+        self.commands: list[list[str]] = []
 
     def __call__(self, command, **kwargs):
         import subprocess
         self.arguments = command
+        self.commands.append(command)
         return subprocess.CompletedProcess(command, 0, stdout="3 passed in 1.0s\n", stderr="")
 
 
@@ -60,7 +64,9 @@ def test_a_python_variant_builds_a_seeded_venv_when_the_disk_has_room(monkeypatc
     monkeypatch.setattr(matrix, "find_python", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(matrix, "free_gib", lambda path: matrix.SEEDED_VENV_GIB + 1)
     result = matrix.run_variant(COMBINED[0], tmp_path)
-    assert "PYTHON=/usr/bin/python3.10" in ran.arguments and "SEED_FROM=.venv" in ran.arguments
+    build = ran.commands[0]
+    assert "PYTHON=/usr/bin/python3.10" in build and "SEED_FROM=.venv" in build
+    assert ran.arguments[0] == str(matrix.REPO / ".venv-python3.10" / "bin" / "python")  # the notebooks run there
     assert (result.passed, result.failed, result.note) == (3, 0, "")
 
 
@@ -72,8 +78,9 @@ def test_a_full_disk_runs_the_settings_on_make_tests_python_and_says_so(monkeypa
     monkeypatch.setattr(matrix, "free_gib", lambda path: 1.25)
     monkeypatch.setattr(matrix, "REPO", tmp_path)  # no .venv-python3.10 built there
     result = matrix.run_variant(COMBINED[0], tmp_path)
-    assert not any(a.startswith(("PYTHON=", "VENV=", "SEED_FROM=")) for a in ran.arguments)
-    assert "TEST_THREADS=" in ran.arguments  # the variant's other settings still apply
+    assert not any(a.startswith(("PYTHON=", "VENV=", "SEED_FROM=")) for c in ran.commands for a in c)
+    assert ran.arguments[0] == str(tmp_path / ".venv" / "bin" / "python")  # make test's Python
+    assert "TEST_THREADS=" in ran.commands[0]  # the variant's other settings still apply
     assert result.note.startswith("python3.10 NOT RUN: 1.2 GiB free")
 
 
@@ -95,7 +102,10 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     matrix.run_variant(variant, tmp_path)
     (build, build_env), (notebooks, notebooks_env) = calls
     assert build[2] == "dev" and "D2L_EXT_PRETEND" not in build_env  # pip must not import a pretending torch
-    assert notebooks[2] == "notebooks" and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build,slow-clock"
+    assert notebooks[1:3] == ["-m", "pytest"] and notebooks_env["D2L_EXT_PRETEND"] == "cpu-build,slow-clock"
+    # Binder's memory measured in this run, one notebook at a time (tools/checks/memory_nbval.py)
+    assert "tools.checks.memory_nbval" in notebooks and "no:xdist" in notebooks and variant.memory
+    assert notebooks_env["PYTHONHASHSEED"] == "0" and notebooks[-1] == "notebooks"
     assert notebooks_env["D2L_EXT_SLOW_CLOCK_LOAD"] == "early"
     assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -61,6 +62,8 @@ class Variant:
     # does, or the clocks stretched, as check_timing does; modes joined by commas
     pretend: str = ""
     colab: bool = False  # Colab's packages (tests/envs/colab.txt) in .venv-colab, built by tools/envs/colab.py
+    # Binder's memory measured in this run (tools/checks/memory_nbval.py): one notebook at a time, beside the others
+    memory: bool = False
 
 
 # The pins of `make test` (Makefile's NUMERIC_ENV, and one thread per kernel: TEST_THREADS) are dropped in every
@@ -110,7 +113,7 @@ COMBINED = [
     Variant("Python 3.10 + MKL default + ATen default + 4 threads + torch reporting a CPU-only build + clocks "
             "stretched, load early",
             {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "4", "D2L_EXT_SLOW_CLOCK_LOAD": "early"},
-            python="python3.10", pretend="cpu-build,slow-clock"),
+            python="python3.10", pretend="cpu-build,slow-clock", memory=True),
     Variant(f"Colab's packages on Python {COLAB_PYTHON} + MKL_CBWR=COMPATIBLE + ONEDNN_MAX_CPU_ISA=AVX2 + 1 thread + "
             "clocks stretched, load late + gloo failing as NCCL does",
             {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
@@ -198,6 +201,12 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         # make test-colab's command (tools/envs/colab.py): the notebooks and the sliders' tests on ipywidgets 7
         commands = [[bin_python, "-m", "pytest", *NBVAL_OPTIONS, "-n", "2", "--dist", "loadfile", "-q", "-p",
                      "no:cacheprovider", "notebooks", "tests/test_widgets.py"]]
+    elif variant.memory:  # make check-memory's figures while nbval compares (the plugin refuses xdist)
+        bin_python = str((venv if python else REPO / ".venv") / "bin" / "python")
+        if not variant.pins:
+            environment = {**environment, "PYTHONHASHSEED": "0"}  # make notebooks' NUMERIC_ENV, pins dropped
+        commands = [[bin_python, "-m", "pytest", *NBVAL_OPTIONS, "-p", "tools.checks.memory_nbval", "-p", "no:xdist",
+                     "-q", "-p", "no:cacheprovider", "notebooks"]]
     else:
         commands = [["make", "--no-print-directory", "notebooks", *arguments]]
     runs = [streamed(command, environment) for command in commands]
@@ -321,16 +330,24 @@ def main(argv: list[str]) -> int:
     log_folder = REPO / "build" / "test-matrix-logs"  # this run's only: the last run's are removed
     shutil.rmtree(log_folder, ignore_errors=True)
     log_folder.mkdir(parents=True)
-    results = []
-    for variant in chosen:
+    def one(variant: Variant) -> Result:
         if past_deadline():  # CI's budget is spent: this run is reported, neither passed nor failed
-            results.append(Result(variant, note=not_run("this run")))
-            print(results[-1].note, flush=True)
-            continue
+            result = Result(variant, note=not_run("this run"))
+            print(result.note, flush=True)
+            return result
         print(f"running the notebooks with {variant.name} ...", flush=True)
-        results.append(run_variant(variant, log_folder, args.remove_venvs))
-        r = results[-1]
-        print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s {r.note}", flush=True)
+        r = run_variant(variant, log_folder, args.remove_venvs)
+        print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s ({variant.name}) {r.note}", flush=True)
+        return r
+
+    # The run that measures memory takes one notebook at a time, about one core of two: the others run beside it
+    beside = next((v for v in chosen if v.memory), None) if len(chosen) > 1 else None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        measured = pool.submit(one, beside) if beside is not None else None
+        done = {v.name: one(v) for v in chosen if v is not beside}
+        if measured is not None and beside is not None:
+            done[beside.name] = measured.result()
+    results = [done[v.name] for v in chosen]
     report = table(results)
     print("\n" + report)
     print(f"\nlogs of what moved: {log_folder}")
