@@ -14,15 +14,15 @@ import pytest
 from tools.deadline import DEADLINE_VARIABLE, deadline, not_run, past_deadline
 
 REPO = Path(__file__).resolve().parents[1]
-OPTIONAL = ["make check-tags --mode gpu", "make book", "make check-book", "make test-matrix"]
+OPTIONAL = ["make test-matrix", "make check-tags --mode gpu", "make book", "make check-book"]
 
 FAKE_MAKE = """#!/usr/bin/env bash
 # a stand-in for make: logs its arguments; `make test` takes FAKE_TEST_SECONDS; FAKE_FAIL names a target that fails
 echo "$*" >> "$FAKE_MAKE_LOG"
 case "$1" in
   test) sleep "${FAKE_TEST_SECONDS:-0}" ;;
-  test-matrix) [ -n "${FAKE_MATRIX_SAYS:-}" ] && echo "$FAKE_MATRIX_SAYS" ;;
-  check-book) sleep "${FAKE_BESIDE_SECONDS:-0}"; echo "check-book ended" >> "$FAKE_MAKE_LOG" ;;
+  test-matrix) [ -n "${FAKE_MATRIX_SAYS:-}" ] && echo "$FAKE_MATRIX_SAYS"
+    sleep "${FAKE_BESIDE_SECONDS:-0}"; echo "test-matrix ended" >> "$FAKE_MAKE_LOG" ;;
 esac
 [ "$1" != "${FAKE_FAIL:-}" ]
 """
@@ -74,40 +74,34 @@ def test_a_pass_that_left_something_out_is_named_on_the_last_line(tmp_path):
 
 
 def test_a_failed_step_fails_the_run_and_is_named(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="test-matrix", FAKE_BESIDE_SECONDS="20")
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book", FAKE_BESIDE_SECONDS="20")
     assert done.returncode != 0
-    assert "check-book ended" not in made  # the step beside it is stopped, not waited for
+    assert not any(m.split()[0] == "check-book" for m in made)  # nothing starts after a failure
+    assert "test-matrix ended" not in made  # the step beside it is stopped, not waited for
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make test-matrix |") and line.endswith("| FAILED |") for line in lines)
-    assert any(line.startswith("| make check-book |") and line.endswith("| STOPPED |") for line in lines)
-    assert lines[-1] == "FAILED: make test-matrix"
+    assert any(line.startswith("| make book |") and line.endswith("| FAILED |") for line in lines)
+    assert any(line.startswith("| make test-matrix |") and line.endswith("| STOPPED |") for line in lines)
+    assert lines[-1] == "FAILED: make book"
 
 
-def test_nothing_starts_after_a_failure(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="book")
-    assert done.returncode != 0
-    assert not any(m.split()[0] in {"check-book", "test-matrix"} for m in made)
-    assert done.stdout.strip().splitlines()[-1] == "FAILED: make book"
-
-
-def test_the_books_check_runs_beside_the_matrix_and_is_waited_for(tmp_path):
+def test_the_matrix_runs_beside_the_tags_check_and_the_book_and_is_waited_for(tmp_path):
     done, made = ci_run(tmp_path, "60", FAKE_BESIDE_SECONDS="3")
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [m.split()[0] for m in made if not m.startswith((".venv", "browser", "--"))]
-    assert steps.index("check-book") < steps.index("test-matrix"), made  # started first, ended last (3 s)
-    assert made[-1] == "check-book ended", made
+    assert steps.index("test-matrix") < steps.index("check-tags") < steps.index("check-book"), made
+    assert made[-1] == "test-matrix ended", made  # started before them, ended after them (3 s)
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make check-book |") and line.endswith("| passed |") for line in lines)
+    assert any(line.startswith("| make test-matrix |") and line.endswith("| passed |") for line in lines)
     assert lines[-1] == "every step ran"
 
 
 def test_a_failure_beside_the_other_steps_fails_the_run_and_is_named(tmp_path):
-    done, made = ci_run(tmp_path, "60", FAKE_FAIL="check-book", FAKE_BESIDE_SECONDS="1")
+    done, made = ci_run(tmp_path, "60", FAKE_FAIL="test-matrix", FAKE_BESIDE_SECONDS="1")
     assert done.returncode != 0
-    assert any(m.split()[0] == "test-matrix" for m in made)  # the steps beside it went on
+    assert any(m.split()[0] == "check-book" for m in made)  # the steps beside it went on
     lines = done.stdout.strip().splitlines()
-    assert any(line.startswith("| make check-book |") and line.endswith("| FAILED |") for line in lines)
-    assert lines[-1] == "FAILED: make check-book"
+    assert any(line.startswith("| make test-matrix |") and line.endswith("| FAILED |") for line in lines)
+    assert lines[-1] == "FAILED: make test-matrix"
 
 
 @pytest.mark.parametrize("budget", ["ten", "-5", "0", "", "1e3"])
