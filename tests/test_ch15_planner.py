@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from d2l_ext import commcost, estimate, pipeline, planner, roofline
+from d2l_ext import commcost, estimate, pipeline, planner, planner_check, roofline
 from d2l_ext.planner_model import Block
 
 TINY = planner.ModelConfig("tiny", layers=4, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96, seq=32,
@@ -166,3 +166,35 @@ def test_full_recomputation_flops_equal_flop_counter():
             block(x * 1).sum().backward()
         counts[recompute] = counter.get_total_flops()
     assert counts["full"] - counts["none"] == planner.recompute_flops(model, 2 * 16, "full")
+
+
+def _stored_text(cell_id: str) -> str:
+    import json
+    from pathlib import Path
+
+    notebook = json.loads((Path(__file__).parent.parent / "notebooks" / "15_plan.ipynb").read_text())
+    cell = next(c for c in notebook["cells"] if c.get("id") == cell_id)
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"])
+
+
+def test_stored_collective_counts_equal_the_planners():
+    import ast
+
+    lines = _stored_text("check-collectives").splitlines()
+    assert len(lines) == 2 * len(planner_check.LAYOUTS)
+    for name, (planned, measured) in zip(planner_check.LAYOUTS, zip(lines[::2], lines[1::2], strict=True),
+                                         strict=True):
+        expected = ast.literal_eval(planned.split("planner ", 1)[1])
+        assert expected == planner_check.predicted_collectives(name)
+        got = ast.literal_eval(measured.split("measured ", 1)[1])
+        got.pop("broadcast", None)  # DDP's two broadcasts: not in the planner, said in the chapter
+        assert got == expected, name
+
+
+def test_stored_bytes_are_within_10_percent_of_the_count():
+    # each row: the layout (11 columns), then for each kind "planner/count MT planner/MemTracker"
+    rows = _stored_text("check-bytes").splitlines()[1:]
+    assert len(rows) == len(planner_check.LAYOUTS)
+    for row in rows:
+        counted = [float(ratio) for ratio in row[11:].split()[0::3]]
+        assert len(counted) == 4 and all(0.9 <= r <= 1.1 for r in counted), row

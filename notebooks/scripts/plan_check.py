@@ -159,9 +159,17 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class LocalSaved(SavedBytes):
-    """Chapter 9's count of the bytes autograd saves, alive at once; a DTensor counted by its local shard."""
+    """Chapter 9's count of the bytes autograd saves, alive at once; a DTensor counted by its local shard. The
+    weights FSDP2 gathers are parameters of the model while a layer runs: not counted either."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__([local(p) for p in model.parameters()])
+        self.model = model
 
     def pack(self, tensor: torch.Tensor) -> object:
+        gathered = {local(p).untyped_storage().data_ptr() for p in self.model.parameters()}
+        if local(tensor).untyped_storage().data_ptr() in gathered:
+            return tensor
         if not isinstance(tensor, DTensor):
             return super().pack(tensor)
         holder = super().pack(tensor.to_local())
@@ -188,7 +196,7 @@ def measure(layout: str) -> dict:
     optimizer.zero_grad(set_to_none=False)
     counts.clear()
     parameters = list(model.parameters())
-    saved = LocalSaved([local(p) for p in parameters])
+    saved = LocalSaved(model)
     # MemTracker refuses a module called more than once a step, as a pipeline stage is (once a micro-batch)
     tracker = MemTracker() if step is None else None
     with contextlib.ExitStack() as stack:
