@@ -186,6 +186,21 @@ def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
     ("zh-CN", "13_serving.ipynb", "首token时延（TTFT）随排队增大。", "首token"),
     ("zh-CN", "13_serving.ipynb", "投机解码用一个草案模型。", "投机解码"),
     ("zh-CN", "13_serving.ipynb", "接收率为0.6。", "接收率"),
+    # chapter 14 (issue 48): the terms of the glossary's Long sequences and experts group
+    ("vi", "14_long_and_experts.ipynb", "Song song hóa ngữ cảnh chia một chuỗi dài.", "Song song hóa ngữ cảnh"),
+    ("vi", "14_long_and_experts.ipynb", "Trong chú ý vòng, các khối đi quanh vòng.", "chú ý vòng"),
+    ("vi", "14_long_and_experts.ipynb", "Ulysses dùng hai phép tất cả-tới-tất cả.", "tất cả-tới-tất cả"),
+    ("vi", "14_long_and_experts.ipynb", "Một tầng hỗn hợp các chuyên gia có 4 chuyên gia.", "hỗn hợp các chuyên gia"),
+    ("vi", "14_long_and_experts.ipynb", "Trình định tuyến chấm điểm mỗi token.", "Trình định tuyến"),
+    ("vi", "14_long_and_experts.ipynb", "Với hệ số sức chứa 1, nhiều token bị rơi.", "hệ số sức chứa"),
+    ("vi", "14_long_and_experts.ipynb", "Tổn thất cân bằng tải bằng 1.", "Tổn thất cân bằng tải"),
+    ("zh-CN", "14_long_and_experts.ipynb", "语境并行把长序列拆到多个GPU上。", "语境并行"),
+    ("zh-CN", "14_long_and_experts.ipynb", "环状注意力让K/V块绕环传递。", "环状注意力"),
+    ("zh-CN", "14_long_and_experts.ipynb", "Ulysses用两次all-to-all。", "all-to-all"),
+    ("zh-CN", "14_long_and_experts.ipynb", "锯齿形划分让工作量均衡。", "锯齿形"),
+    ("zh-CN", "14_long_and_experts.ipynb", "专家混合层有4个专家。", "专家混合"),
+    ("zh-CN", "14_long_and_experts.ipynb", "容量系数为1时丢弃的token更多。", "容量系数"),
+    ("zh-CN", "14_long_and_experts.ipynb", "负载平衡损失在均匀时为1。", "负载平衡损失"),
 ])
 def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, words):
     data = load_terms(TERMS / f"{language}.json")
@@ -218,6 +233,13 @@ def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, wo
      "giải mã tham lam (greedy decoding), giải mã suy đoán, mô hình nháp, tỉ lệ chấp nhận; `decode_tokens`."),
     ("zh-CN", "13_serving.ipynb", "KV缓存（KV cache）；预填充（prefill）和解码；分组查询注意力、多查询注意力；"
      "块表（block table）、块分配器；连续批处理；首词元时延（TTFT）；推测解码、草稿模型、接受率；仅权重量化。"),
+    ("vi", "14_long_and_experts.ipynb", "**Song song ngữ cảnh** (context parallelism): **cơ chế chú ý vòng** "
+     "(ring attention), gộp log-sum-exp trực tuyến, bố trí zig-zag, một phép **all-to-all** (trao đổi toàn phần); "
+     "**bộ định tuyến** (router), hệ số dung lượng, token **bị bỏ** (dropped), hàm mất mát cân bằng tải; "
+     "song song chuyên gia: **phân phát** (dispatch), **kết hợp** (combine)."),
+    ("zh-CN", "14_long_and_experts.ipynb", "**上下文并行**（context parallelism）：**环形注意力**（ring attention）、"
+     "在线log-sum-exp合并、**之字形**（zig-zag）划分、**全交换**（all-to-all）；**混合专家**（MoE）、"
+     "**路由器**（router，一个线性层）、容量因子、丢弃的词元、负载均衡损失；专家并行：**分发**（dispatch）、**合并**（combine）。"),
 ])
 def test_the_chosen_terms_pass(tmp_path, language, name, text):
     data = load_terms(TERMS / f"{language}.json")
