@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import commcost, estimate, hardware, pipeline, roofline
 
@@ -81,7 +82,7 @@ PRESETS = {
     "Llama 3 405B": _llama("Llama 3 405B", 126, 16384, 128, 53248, 8192, 2048),
 }
 # Table 4 of the Llama 3 paper: the 405B layouts on H100s, and the BF16 MFU each reached
-PUBLISHED = {
+PUBLISHED: dict[str, dict[str, Any]] = {
     "8K on 8,192 GPUs": dict(tp=8, cp=1, pp=16, dp=64, seq=8192, mfu=0.43),
     "8K on 16,384 GPUs": dict(tp=8, cp=1, pp=16, dp=128, seq=8192, mfu=0.41),
     "128K on 16,384 GPUs": dict(tp=8, cp=16, pp=16, dp=8, seq=131072, mfu=0.38),

@@ -23,6 +23,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -59,20 +60,20 @@ def data(share: int, parts: int) -> torch.Tensor:
     return x.chunk(parts)[share]
 
 
-def tp_plan(sequence: bool) -> dict:
+def tp_plan(sequence: bool) -> dict[str, Any]:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     into = {"input_layouts": Shard(1)} if sequence else {}
     out = {"output_layouts": Shard(1)} if sequence else {}
-    plan = {name: ColwiseParallel(**into) for name in ("q", "k", "v", "gate", "up")}
+    plan: dict[str, Any] = {name: ColwiseParallel(**into) for name in ("q", "k", "v", "gate", "up")}
     plan.update(o=RowwiseParallel(**out), down=RowwiseParallel(**out))
     if sequence:
         plan.update(norm1=SequenceParallel(), norm2=SequenceParallel())
     return plan
 
 
-def counted_ddp(module: nn.Module, counts: dict, group=None) -> nn.Module:
+def counted_ddp(module: nn.Module, counts: dict, group: Any = None) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(module, process_group=group)
@@ -86,7 +87,7 @@ def counted_ddp(module: nn.Module, counts: dict, group=None) -> nn.Module:
     return ddp
 
 
-def build(layout: str, counts: dict) -> tuple[nn.Module, torch.Tensor, object]:
+def build(layout: str, counts: dict) -> tuple[Any, torch.Tensor, Any]:
     """This rank's model, its input and a step function (forward, backward) for ``layout``."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
@@ -115,7 +116,7 @@ def build(layout: str, counts: dict) -> tuple[nn.Module, torch.Tensor, object]:
     return fully_shard(model, mesh=mesh["dp"]), data(mesh["dp"].get_local_rank(), 2), None
 
 
-def pipelined(layout: str, counts: dict) -> tuple[nn.Module, torch.Tensor, object]:
+def pipelined(layout: str, counts: dict) -> tuple[Any, torch.Tensor, Any]:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -130,7 +131,7 @@ def pipelined(layout: str, counts: dict) -> tuple[nn.Module, torch.Tensor, objec
         groups = [dist.new_group([s + r * stages for r in range(world // stages)]) for s in range(stages)]
         pp_groups = [dist.new_group(list(range(r * stages, (r + 1) * stages))) for r in range(world // stages)]
         wrapped = counted_ddp(module, counts, groups[stage])
-        pp_group = pp_groups[replica]
+        pp_group: Any = pp_groups[replica]
     else:
         pp_group = None
     pipe = PipelineStage(wrapped, stage, stages, torch.device("cpu"), group=pp_group)
@@ -163,7 +164,7 @@ class LocalSaved(SavedBytes):
     weights FSDP2 gathers are parameters of the model while a layer runs: not counted either."""
 
     def __init__(self, model: nn.Module):
-        super().__init__([local(p) for p in model.parameters()])
+        super().__init__([local(p) for p in model.parameters()])  # type: ignore[arg-type]
         self.model = model
 
     def pack(self, tensor: torch.Tensor) -> object:
