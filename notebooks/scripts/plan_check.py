@@ -32,6 +32,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
+from torch.torch_version import TorchVersion
 
 from d2l_ext.planner_model import Block
 from d2l_ext.ranks import from_every_rank, join, leave
@@ -200,14 +201,21 @@ def measure(layout: str) -> dict:
     saved = LocalSaved(model)
     # MemTracker refuses a module called more than once a step, as a pipeline stage is (once a micro-batch)
     tracker = MemTracker() if step is None else None
+    # torch 2.11's CommDebugMode (Colab's) stops a pipeline stage's forward (an IndexError in its module tracker;
+    # 2.14's does not): before 2.14 the pipelined layouts' collectives are counted by DDP's comm hook, the only
+    # collectives they call (a pipeline's own sends are point-to-point, which CommDebugMode does not count either)
+    by_hook = step is not None and TorchVersion(torch.__version__) < (2, 14)
     with contextlib.ExitStack() as stack:
         if tracker is not None:
             tracker.track_external(model, optimizer)
             stack.enter_context(tracker)
-        comm = stack.enter_context(CommDebugMode())
+        comm = None if by_hook else stack.enter_context(CommDebugMode())
         stack.enter_context(saved.hooks())
         one_step()
-    counts.update({str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()})
+    if comm is not None:
+        counts.update({str(op).split(".")[-1]: n for op, n in comm.get_comm_counts().items()})
+    elif counts.get("all_reduce (DDP buckets)"):
+        counts["allreduce_"] = counts["all_reduce (DDP buckets)"]
     found = {"parameters": local_bytes(parameters), "gradients": local_bytes(p.grad for p in parameters),
              "optimizer state": local_bytes(v for state in optimizer.state.values() for v in state.values()),
              "activations": saved.peak}
