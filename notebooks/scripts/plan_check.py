@@ -204,7 +204,7 @@ def measure(layout: str) -> dict:
     # torch 2.11's CommDebugMode (Colab's) stops a pipeline stage's forward (an IndexError in its module tracker;
     # 2.14's does not): before 2.14 the pipelined layouts' collectives are counted by DDP's comm hook, the only
     # collectives they call (a pipeline's own sends are point-to-point, which CommDebugMode does not count either)
-    by_hook = step is not None and TorchVersion(torch.__version__) < (2, 14)
+    by_hook = step is not None and TorchVersion(torch.__version__) < "2.14"
     with contextlib.ExitStack() as stack:
         if tracker is not None:
             tracker.track_external(model, optimizer)

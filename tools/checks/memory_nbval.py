@@ -87,15 +87,16 @@ class Watch:
         os.environ.update(cold_caches(self.caches.name))
         self.began = CLOCK()
         try:
-            self.held = self.make_limit(self.limit)
+            held: Limit = self.make_limit(self.limit)
         except OSError as error:
             self.held = None
             self.result.problems.append(f"could not set the memory limit: {error}")
             PREFIX[:] = []
             return
-        self.result.limit = self.held.name
+        self.held = held
+        self.result.limit = held.name
         drop_page_cache()
-        PREFIX[:] = self.held.prefix()
+        PREFIX[:] = held.prefix()
 
     def sample(self) -> None:
         assert self.held is not None and self.result is not None
