@@ -201,6 +201,17 @@ def notebook_with(tmp_path: Path, language: str, name: str, text: str) -> Path:
     ("zh-CN", "14_long_and_experts.ipynb", "专家混合层有4个专家。", "专家混合"),
     ("zh-CN", "14_long_and_experts.ipynb", "容量系数为1时丢弃的token更多。", "容量系数"),
     ("zh-CN", "14_long_and_experts.ipynb", "负载平衡损失在均匀时为1。", "负载平衡损失"),
+    # chapter 15 (issue 49): the terms of the glossary's Planning a run group, and 全交换 in its prose
+    ("vi", "15_plan.ipynb", "Mỗi sơ đồ song song cho biết cách chia.", "sơ đồ song song"),
+    ("vi", "15_plan.ipynb", "Mức độ song song là một số GPU.", "Mức độ song song"),
+    ("vi", "15_plan.ipynb", "Tái tính toán chọn lọc tính lại các điểm số.", "Tái tính toán"),
+    ("vi", "15_plan.ipynb", "Trình lập kế hoạch in ra từng thành phần.", "Trình lập kế hoạch"),
+    ("vi", "15_plan.ipynb", "Ở hiệu quả tính toán 40%, bước chậm hơn.", "hiệu quả tính toán"),
+    ("zh-CN", "15_plan.ipynb", "每种并行配置都有一个名次。", "并行配置"),
+    ("zh-CN", "15_plan.ipynb", "每个并行程度是一个GPU数。", "并行程度"),
+    ("zh-CN", "15_plan.ipynb", "选择性重算只重做一次乘法。", "选择性重算"),
+    ("zh-CN", "15_plan.ipynb", "计划器打印出每一项。", "计划器"),
+    ("zh-CN", "15_plan.ipynb", "专家并行的all-to-all无法隐藏。", "all-to-all"),
 ])
 def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, words):
     data = load_terms(TERMS / f"{language}.json")
@@ -240,6 +251,11 @@ def test_a_planted_variant_fails_and_is_named(tmp_path, language, name, text, wo
     ("zh-CN", "14_long_and_experts.ipynb", "**上下文并行**（context parallelism）：**环形注意力**（ring attention）、"
      "在线log-sum-exp合并、**之字形**（zig-zag）划分、**全交换**（all-to-all）；**混合专家**（MoE）、"
      "**路由器**（router，一个线性层）、容量因子、丢弃的词元、负载均衡损失；专家并行：**分发**（dispatch）、**合并**（combine）。"),
+    ("vi", "15_plan.ipynb", "Một **bố cục song song** (layout) có các **bậc song song** (degree); "
+     "**tính toán lại có chọn lọc** (selective recomputation); **bộ lập kế hoạch** (planner) và "
+     "`planner.plan`; hiệu suất tính toán 40%."),
+    ("zh-CN", "15_plan.ipynb", "**并行布局**（layout）与**并行度**；**选择性重计算**；"
+     "**规划器**（planner）与`planner.plan`；计算效率40%；两次**全交换**（all-to-all）。"),
 ])
 def test_the_chosen_terms_pass(tmp_path, language, name, text):
     data = load_terms(TERMS / f"{language}.json")
