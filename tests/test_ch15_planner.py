@@ -198,3 +198,20 @@ def test_stored_bytes_are_within_10_percent_of_the_count():
     for row in rows:
         counted = [float(ratio) for ratio in row[11:].split()[0::3]]
         assert len(counted) == 4 and all(0.9 <= r <= 1.1 for r in counted), row
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8, 16])
+def test_the_planners_context_and_expert_terms_are_chapter_14s(cp):
+    """The planner's ring-attention and all-to-all bytes equal chapter 14's helpers (d2l_ext.context, .experts),
+    which chapter 14's launch checked against bytes counted on real processes."""
+    from d2l_ext import context, experts
+    model = planner.ModelConfig("moe", layers=4, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                                seq=131072, global_batch=16, experts=8, top_k=2)
+    for micro_batch, dtype_bytes in [(1, 2), (2, 4)]:
+        assert planner.ring_attention_bytes(model, micro_batch, cp, dtype_bytes) == context.ring_bytes(
+            micro_batch, model.seq, model.kv_heads * model.head_dim, cp, dtype_bytes)
+        tokens = micro_batch * model.seq // cp  # a rank's tokens; each all-to-all keeps 1/ep of them at home
+        for ep in (2, 4, 8):
+            one = planner.expert_all_to_all_bytes(model, micro_batch, cp, dtype_bytes)
+            assert 2 * one * (ep - 1) / ep == experts.expert_parallel_bytes(
+                tokens, model.top_k, model.hidden, ep, dtype_bytes)
