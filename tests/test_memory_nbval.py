@@ -39,11 +39,14 @@ def planted(path: Path, *cells: tuple[str, str]) -> Path:
     return path
 
 
-def nbval(tmp_path: Path, *arguments: str, **environment: str) -> tuple[subprocess.CompletedProcess, str]:
+def nbval(tmp_path: Path, *arguments: str, timeout: int = 60, **environment: str
+          ) -> tuple[subprocess.CompletedProcess, str]:
+    """pytest --nbval with the plugin; ``timeout``: nbval's cell timeout, which a killed kernel's cell waits out."""
     report = tmp_path / "memory.md"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "tools.checks.memory_nbval",
-         "-p", "no:cacheprovider", "-q", "--nbval-cell-timeout", "15", "--memory-report", str(report), *arguments],
+         "-p", "no:cacheprovider", "-q", "--nbval-cell-timeout", str(timeout), "--memory-report", str(report),
+         *arguments],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
         env={**os.environ, "PYTHONPATH": str(REPO), **environment})
     return done, report.read_text() if report.exists() else ""
@@ -79,7 +82,7 @@ def test_a_kernel_over_its_budget_fails_the_run_though_every_output_matched(tmp_
 def test_a_notebook_over_the_limit_fails_naming_its_cell(tmp_path, no_limit):
     over = planted(tmp_path / "over.ipynb", ("print('small')", "small\n"), (OVER, ""), ("print('never')", "never\n"))
     done, report = nbval(tmp_path, "-p", "no:xdist", "--memory-limit", str(400 * MB),
-                         *(["--memory-no-limit"] if no_limit else []), str(over))
+                         *(["--memory-no-limit"] if no_limit else []), str(over), timeout=5)
     assert done.returncode == 1
     line = next(line for line in done.stdout.splitlines() if line.startswith("FAILED memory: "))
     assert ("cell 2 (c2): the kernel and its processes went over the limit" in line) if no_limit \
