@@ -100,3 +100,18 @@ def test_past_cis_deadline_a_notebook_is_named_not_run(tmp_path, fits):
     assert done.returncode == 0, done.stdout[-3000:]
     assert "3 skipped" in done.stdout
     assert "NOT RUN: fits.ipynb" in report or f"NOT RUN: {fits}" in report, report
+
+
+def test_a_memory_dependent_cell_is_compared_except_in_binders_memory(tmp_path):
+    """A cell tagged memory-dependent (chapter 9 starts 2 processes in Binder's 2 GB, not the stored 4) is not
+    compared under the plugin's limit; without it, the harness compares it as any cell."""
+    path = planted(tmp_path / "mem.ipynb", ("print('2 processes')", "4 processes\n"))
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].metadata["tags"] = ["memory-dependent"]
+    nbformat.write(nb, path)
+    done, _ = nbval(tmp_path, "-p", "no:xdist", "-p", "tests.nbval_harness", str(path))
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-2000:]
+    plain = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p",
+                            "tests.nbval_harness", "-p", "no:cacheprovider", "-q", str(path)], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert plain.returncode == 1 and "1 failed" in plain.stdout, plain.stdout[-2000:]

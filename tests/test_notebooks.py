@@ -96,8 +96,8 @@ def test_nbval_markers_are_well_formed(path):
                 assert line.strip().lstrip("#").strip() in markers, f"malformed nbval marker: {line!r}"
 
 
-KNOWN_TAGS = {DEVICE_DEPENDENT_TAG, BUILD_DEPENDENT_TAG, EXACT_TAG, "nbval-ignore-output", "nbval-skip",
-              "raises-exception", "nbval-raises-exception", "nbval-check-output", "colab-setup"}
+KNOWN_TAGS = {DEVICE_DEPENDENT_TAG, BUILD_DEPENDENT_TAG, EXACT_TAG, "memory-dependent", "nbval-ignore-output",
+              "nbval-skip", "raises-exception", "nbval-raises-exception", "nbval-check-output", "colab-setup"}
 
 
 @pytest.mark.parametrize("path", ALL, ids=ids(ALL))
