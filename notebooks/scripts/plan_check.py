@@ -195,6 +195,8 @@ def measure(layout: str) -> dict:
         optimizer.step()
 
     one_step()  # Adam's state now exists
+    if layout in ("DP", "PP x DP"):  # DDP's second step rebuilds its buckets in the order the first backward
+        one_step()  # made gradients, and broadcasts that order from rank 0 (twice, once a run): not a step's
     optimizer.zero_grad(set_to_none=False)
     counts.clear()
     parameters = list(model.parameters())
