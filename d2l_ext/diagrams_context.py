@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.patches import Rectangle
 
 from d2l_ext import context
+from d2l_ext.diagrams_serving import _box, _frame  # chapter 13's boxes and frames, drawn the same way
 
 RANK_COLOURS = ("#8ecae6", "#f4a261", "#b5e48c", "#cdb4db")
-
-
-def _box(ax, x, y, color, text="", w=0.9, h=0.8):
-    ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", linewidth=0.6))
-    if text:
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7)
-
-
-def _frame(ax, title):
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.autoscale_view()
 
 
 def draw_ring(ranks: int = 4):
