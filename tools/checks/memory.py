@@ -263,15 +263,21 @@ def run_notebook(path: Path, make_limit: Callable[[int], Limit], limit: int = LI
     result.seconds = time.perf_counter() - start
     if kills > 0 and not any("for memory" in p for p in result.problems):
         result.problems.append(f"the system killed {kills} process(es) for memory (the limit, {mib(limit)})")
-    if peaks:
-        result.kernel_cell, result.kernel_peak = peak_cell(peaks, 0)
-        result.tree_cell, result.tree_peak = peak_cell(peaks, 1)
+    judge_peaks(result, notebook, kernel_budget)
+    return result
+
+
+def judge_peaks(result: Result, notebook: nbformat.NotebookNode, kernel_budget: int) -> None:
+    """Name the cells that brought the kernel's and the tree's peaks, and fail a kernel over its budget
+    (here and in tools/checks/memory_nbval.py, which measures in an nbval run)."""
+    if result.cells:
+        result.kernel_cell, result.kernel_peak = peak_cell(result.cells, 0)
+        result.tree_cell, result.tree_peak = peak_cell(result.cells, 1)
     if result.kernel_peak is not None and result.kernel_peak > kernel_budget:
         result.problems.append(f"{cell_name(notebook, result.kernel_cell)}: the kernel holds "
                                f"{mib(result.kernel_peak)}, over its budget of {mib(kernel_budget)}")
     result.kernel_cell_name = cell_name(notebook, result.kernel_cell)
     result.tree_cell_name = cell_name(notebook, result.tree_cell)
-    return result
 
 
 # ---------------------------------------------------------------------------------------------------- report

@@ -39,9 +39,9 @@ from tools.checks.memory import (
     cell_name,
     cold_caches,
     drop_page_cache,
+    judge_peaks,
     may_drop_page_cache,
     mib,
-    peak_cell,
     reset_vmhwm,
     table,
     vmhwm,
@@ -173,14 +173,7 @@ class Watch:
                                    f"over the limit ({mib(self.limit)}) and were stopped")
         if kills > 0:
             result.problems.append(f"the system killed {kills} process(es) for memory (the limit, {mib(self.limit)})")
-        if result.cells:
-            result.kernel_cell, result.kernel_peak = peak_cell(result.cells, 0)
-            result.tree_cell, result.tree_peak = peak_cell(result.cells, 1)
-        if result.kernel_peak is not None and result.kernel_peak > self.budget:
-            result.problems.append(f"{cell_name(self.notebook, result.kernel_cell)}: the kernel holds "
-                                   f"{mib(result.kernel_peak)}, over its budget of {mib(self.budget)}")
-        result.kernel_cell_name = cell_name(self.notebook, result.kernel_cell)
-        result.tree_cell_name = cell_name(self.notebook, result.tree_cell)
+        judge_peaks(result, self.notebook, self.budget)
         self.results.append(result)
         self.result = None
 
