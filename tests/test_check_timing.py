@@ -277,6 +277,52 @@ def test_torchruns_agent_is_recognised_by_its_command_line(argv, expected):
     assert pretend_module().is_launcher(argv) is expected
 
 
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["python", "-m", "pytest", "--nbval", "notebooks"], True),  # make test-matrix's runs
+    (["/venv/bin/python", "/venv/bin/pytest", "-q"], True),
+    (["python", "-m", "ipykernel_launcher", "-f", "kernel.json"], False),  # the kernels it starts
+    (["python", "-c", "import pytest"], False),
+    (["python", "run.py", "-m", "pytest"], False),  # a script's own arguments
+])
+def test_pytest_the_harness_is_recognised_by_its_command_line(argv, expected):
+    assert pretend_module().is_harness(argv) is expected
+
+
+# CI's deadline 3 s ahead; then 1.5 s of real time, 15 s on a clock stretched 10 times
+DEADLINE_PROBE = """
+import os, time
+from tools.deadline import past_deadline
+os.environ["D2L_EXT_CI_DEADLINE"] = str(time.real_time() + 3)
+t0 = time.perf_counter()
+time.sleep(1.5)
+print(time.perf_counter() - t0 > 10, past_deadline())
+"""
+
+
+def test_ci_deadline_reads_the_real_clock_where_the_clocks_are_stretched():
+    # before: the memory run's pytest read 974 s as 2,863 s and skipped 15 notebooks as past CI's deadline
+    done = run_under_slow_clock(f"import sys; sys.path.insert(0, {str(REPO)!r})\n" + DEADLINE_PROBE,
+                                stretch=(10.0, 10.0))
+    assert done.stdout.split() == ["True", "False"], done.stderr[-500:]
+
+
+def test_pytest_keeps_the_real_clocks_and_the_processes_it_starts_stretch_theirs(tmp_path):
+    (tmp_path / "test_clock.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_clocks():\n"
+        "    print('harness', type(time.perf_counter).__name__)\n"
+        "    child = subprocess.run([sys.executable, '-c', 'import time; print(type(time.perf_counter).__name__)'],\n"
+        "                          capture_output=True, text=True)\n"
+        "    print('child', child.stdout.strip())\n")
+    environment = {**os.environ, **timing.clock_environment((1.0, 3.0), "early"),
+                   "PYTHONPATH": str(REPO / "tools" / "checks" / "pretend")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(tmp_path / "test_clock.py")], env=environment, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert "harness builtin_function_or_method" in done.stdout, done.stdout[-800:]
+    assert "child function" in done.stdout, done.stdout[-800:]
+
+
 def pretend_module():
     """tools/checks/pretend/sitecustomize.py as a module (without D2L_EXT_PRETEND it changes nothing)."""
     import importlib.util
