@@ -303,9 +303,34 @@ def quantize_int8(model: GPT) -> GPT:
     return copied
 
 
+def import_torchao():
+    """Import and return torchao (requirements.txt pins it). Importing torchao 0.18 under torch 2.14 logs one
+    warning about an enum inside torchao (torch.utils._pytree's logger); only that logger is quieted, meanwhile."""
+    import logging
+
+    pytree = logging.getLogger("torch.utils._pytree")
+    level = pytree.level
+    pytree.setLevel(logging.ERROR)
+    try:
+        import torchao
+        import torchao.quantization  # noqa: F401  (the submodule the chapter uses)
+    finally:
+        pytree.setLevel(level)
+    return torchao
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor stores. A quantized tensor subclass (torchao's ``Int8Tensor``, ...) reports the float
+    shape it stands for, so its bytes are those of the tensors it holds (``__tensor_flatten__``)."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(inner) for inner in (getattr(tensor, n) for n in names) if inner is not None)
+    return tensor.numel() * tensor.element_size()
+
+
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the model's parameters and buffers (int8 weights and their scales included)."""
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    """Bytes of the model's parameters and buffers (int8 weights and their scales included, torchao's too)."""
+    return sum(tensor_bytes(t) for t in [*model.parameters(), *model.buffers()])
 
 
 def decode_setting(gpus: int) -> tuple[str, torch.dtype]:
