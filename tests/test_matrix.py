@@ -30,14 +30,24 @@ def test_the_combined_runs_cover_every_single_change():
 
 
 def test_combined_is_the_default_and_each_is_nine_runs(monkeypatch, tmp_path):
-    chosen = []
-    monkeypatch.setattr(matrix, "run_variant", lambda variant, folder, remove=False: chosen.append(variant) or
-                        matrix.Result(variant, passed=1))
+    chosen, parts = [], []
+
+    def run(variant, folder, remove=False, part=None):
+        chosen.append(variant)
+        parts.append(part)
+        return matrix.Result(variant, passed=2 if part == "solutions" else 1, largest_drift=0.01 * len(parts))
+
+    monkeypatch.setattr(matrix, "run_variant", run)
     assert matrix.main(["--report", str(tmp_path / "r.md")]) == 0
-    assert sorted(v.name for v in chosen) == sorted(v.name for v in COMBINED)  # the memory run beside the other
-    rows = [line.split(" | ")[0][2:] for line in (tmp_path / "r.md").read_text().splitlines()[2:]]
-    assert rows == [v.name for v in COMBINED]
+    # the memory run in two parts (its chapters beside the other run, then its solutions), one row for both
+    assert sorted(v.name for v in chosen) == sorted([v.name for v in COMBINED] + [COMBINED[0].name])
+    assert sorted(p for p in parts if p) == ["chapters", "solutions"]
+    rows = [line.split(" | ")[:3] for line in (tmp_path / "r.md").read_text().splitlines()[2:]]
+    assert [row[0][2:] for row in rows] == [v.name for v in COMBINED]
+    assert rows[0][1:] == ["3", "0"]  # 1 + 2 passed
+    assert "| 3.00% |" in (tmp_path / "r.md").read_text().splitlines()[2]  # the larger drift of the two parts
     chosen.clear()
+    parts.clear()
     assert matrix.main(["--each", "--report", str(tmp_path / "r.md")]) == 0
     assert chosen == EACH and len(EACH) == 9
     assert "| Python 3.12 (fresh venv) | 1 | 0 |" in (tmp_path / "r.md").read_text()
@@ -109,6 +119,14 @@ def test_the_cpu_build_variant_pretends_in_the_notebooks_run_only(monkeypatch, t
     assert notebooks_env["D2L_EXT_SLOW_CLOCK_LOAD"] == "early"
     assert notebooks_env["OMP_NUM_THREADS"] == "4" and notebooks_env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     assert notebooks_env["PYTHONPATH"].split(":")[0].endswith("tools/checks/pretend")
+    for part, wanted in (("chapters", ["notebooks", "--ignore=notebooks/solutions"]),
+                         ("solutions", ["notebooks/solutions"])):
+        calls.clear()
+        matrix.run_variant(variant, tmp_path, part=part)
+        command = calls[-1][0]
+        report = command.index("--memory-report")
+        assert command[report - len(wanted):report] == wanted  # each part its notebooks, and its own table
+        assert command[report + 1].endswith(f"check-memory-{part}.md")
 
 
 def colab_run(monkeypatch, tmp_path, resolves: bool = True) -> tuple[list, matrix.Result]:

@@ -160,9 +160,18 @@ def streamed(command: list[str], environment: dict[str, str]) -> subprocess.Comp
         return subprocess.CompletedProcess(command, process.returncode, "".join(lines), errors.read())
 
 
-def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -> Result:
+# The memory run in two parts, each a pytest of its own: the chapters beside the other runs, the solutions once those
+# are done, beside the chapters' rest. Alone at the end, the memory run kept one core of two idle for minutes (CI of
+# stop 55: the Colab run ended 3.7 minutes before it, with 15 solutions still to come). Each part measures its own
+# notebooks one at a time; the two kernels' limits are separate cgroups, and the figures are each kernel's own.
+MEMORY_PARTS = {"chapters": ["notebooks", "--ignore=notebooks/solutions"], "solutions": ["notebooks/solutions"]}
+
+
+def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False, part: str | None = None) -> Result:
+    """Run the notebooks as ``variant`` says; ``part``: only that part of the memory run (MEMORY_PARTS)."""
     result = Result(variant)
-    drift_log = log_folder / (re.sub(r"\W+", "-", variant.name).strip("-") + ".jsonl")
+    stem = re.sub(r"\W+", "-", variant.name).strip("-") + (f"-{part}" if part else "")
+    drift_log = log_folder / (stem + ".jsonl")
     # Idle OpenMP threads sleep instead of spinning: two notebooks at once, each with several threads, oversubscribe
     # the cores, and spinning threads take them from the working ones (the 4-thread run here: 209 s, 145 s with
     # this). How a thread waits changes no result, only where the time goes.
@@ -205,8 +214,10 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         bin_python = str((venv if python else REPO / ".venv") / "bin" / "python")
         if not variant.pins:
             environment = {**environment, "PYTHONHASHSEED": "0"}  # make notebooks' NUMERIC_ENV, pins dropped
+        targets = ["notebooks"] if part is None else [
+            *MEMORY_PARTS[part], "--memory-report", str(REPO / "build" / f"check-memory-{part}.md")]
         commands = [[bin_python, "-m", "pytest", *NBVAL_OPTIONS, "-p", "tools.checks.memory_nbval", "-p", "no:xdist",
-                     "-q", "-p", "no:cacheprovider", "notebooks"]]
+                     "-q", "-p", "no:cacheprovider", *targets]]
     else:
         commands = [["make", "--no-print-directory", "notebooks", *arguments]]
     runs = [streamed(command, environment) for command in commands]
@@ -225,7 +236,7 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
         (log_folder / (drift_log.stem + ".log")).write_text(output)
         print("  what failed, as pytest showed it (CI keeps no log folder):\n    "
               + "\n    ".join(failure_excerpt(output)), flush=True)
-    if remove_venv and fresh:
+    if remove_venv and fresh and part is None:  # a part's venv is removed once both parts are done (main)
         shutil.rmtree(venv, ignore_errors=True)
     drifts = [json.loads(line)["drift"] for line in drift_log.read_text().splitlines()] if drift_log.exists() else []
     numeric = [d for d in drifts if d is not None]
@@ -233,6 +244,15 @@ def run_variant(variant: Variant, log_folder: Path, remove_venv: bool = False) -
     if any(d is None for d in drifts):
         result.note += " (some compared texts differed in words: see the log)"
     return result
+
+
+def joined(first: Result, second: Result, seconds: float) -> Result:
+    """One row for a run made in two parts: their counts added, the larger drift, the notes of both, and the
+    seconds from the first part's start to the end of the later one."""
+    drifts = [d for d in (first.largest_drift, second.largest_drift) if d is not None]
+    notes = "; ".join(dict.fromkeys(n for n in (first.note, second.note) if n))
+    return Result(first.variant, first.passed + second.passed, first.failed + second.failed, seconds,
+                  max(drifts) if drifts else None, notes)
 
 
 def failure_excerpt(output: str, most: int = 120) -> list[str]:
@@ -330,23 +350,30 @@ def main(argv: list[str]) -> int:
     log_folder = REPO / "build" / "test-matrix-logs"  # this run's only: the last run's are removed
     shutil.rmtree(log_folder, ignore_errors=True)
     log_folder.mkdir(parents=True)
-    def one(variant: Variant) -> Result:
+    def one(variant: Variant, part: str | None = None) -> Result:
+        name = f"{variant.name}, {part}" if part else variant.name
         if past_deadline():  # CI's budget is spent: this run is reported, neither passed nor failed
-            result = Result(variant, note=not_run("this run"))
+            result = Result(variant, note=not_run(f"this run ({part})" if part else "this run"))
             print(result.note, flush=True)
             return result
-        print(f"running the notebooks with {variant.name} ...", flush=True)
-        r = run_variant(variant, log_folder, args.remove_venvs)
-        print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s ({variant.name}) {r.note}", flush=True)
+        print(f"running the notebooks with {name} ...", flush=True)
+        r = run_variant(variant, log_folder, args.remove_venvs, part)
+        print(f"  {r.passed} passed, {r.failed} failed in {r.seconds:.0f} s ({name}) {r.note}", flush=True)
         return r
 
-    # The run that measures memory takes one notebook at a time, about one core of two: the others run beside it
+    # The run that measures memory takes one notebook at a time, about one core of two: the others run beside its
+    # chapters, then its solutions run beside the chapters' rest (MEMORY_PARTS)
     beside = next((v for v in chosen if v.memory), None) if len(chosen) > 1 else None
     with ThreadPoolExecutor(max_workers=1) as pool:
-        measured = pool.submit(one, beside) if beside is not None else None
+        start = time.perf_counter()
+        measured = pool.submit(one, beside, "chapters") if beside is not None else None
         done = {v.name: one(v) for v in chosen if v is not beside}
         if measured is not None and beside is not None:
-            done[beside.name] = measured.result()
+            solutions = one(beside, "solutions")
+            done[beside.name] = joined(measured.result(), solutions, time.perf_counter() - start)
+            venv, _, _ = fresh_venv(beside)
+            if args.remove_venvs and beside.python and venv.exists():
+                shutil.rmtree(venv, ignore_errors=True)
     results = [done[v.name] for v in chosen]
     report = table(results)
     print("\n" + report)
