@@ -282,9 +282,26 @@ def check(model: ModelConfig, cluster: Cluster, layout: Layout) -> int:
     return model.global_batch // (lay.dp * lay.micro_batch)
 
 
+def gathered_parameters(model: ModelConfig, layout: Layout) -> tuple[float, float]:
+    """Parameters a GPU also holds whole under ZeRO-3 (FSDP2) over more than one rank, split by tensor parallelism:
+    (one block's, the root unit's: embedding, final norm and head); (0, 0) without ZeRO-3. At its most a GPU holds
+    three copies of a block: its weights, the all-gather's buffer, which FSDP2 keeps until the next all-gather in the
+    forward ("defer free to allow for overlap of this copy-out with next all-gather", torch's _fsdp_param_group),
+    or the next block's weights prefetched in the backward, and its gradients until they are reduce-scattered. The
+    root is not resharded after the forward (torch's _fsdp_state): its weights and gradients stay whole. Chapter
+    15's check measures the block's three copies with MemTracker (a model without embedding)."""
+    if layout.zero < 3 or layout.dp * layout.cp == 1:
+        return 0.0, 0.0
+    expert = 3 * model.hidden * model.ffn if model.experts > 1 else 0
+    block = model.layer_parameters() - expert * model.experts + expert * model.experts // layout.ep
+    root = 2 * model.vocab * model.hidden + model.hidden if model.vocab else 0
+    return block / layout.tp, root / layout.tp
+
+
 def memory_terms(model: ModelConfig, layout: Layout, m: int) -> dict[str, float]:
     """Bytes per GPU on the fullest pipeline stage: parameters, gradients, optimizer state (ZeRO over dp x cp
-    ranks, chapter 8's count), the activations of one micro-batch and of the others in flight."""
+    ranks, chapter 8's count), the activations of one micro-batch and of the others in flight, and under ZeRO-3
+    the copies of a block and of the root held whole (``gathered_parameters``, 2 bytes a number)."""
     lay = layout
     blocks, embedding = stage_layers(model, lay.pp)
     expert = 3 * model.hidden * model.ffn if model.experts > 1 else 0
@@ -301,8 +318,10 @@ def memory_terms(model: ModelConfig, layout: Layout, m: int) -> dict[str, float]
     grads = 2 * held / (shards if lay.zero >= 2 else 1)
     one = blocks * layer_activation_bytes(model, lay.micro_batch, lay.recompute, lay.tp, lay.cp, lay.sp)
     in_flight = one_f_one_b(lay.pp, m)[1]
+    block, root = gathered_parameters(model, lay)
     return {"parameters": weights, "gradients": grads, "optimizer state": state - weights - grads,
-            "activations": one, "in-flight micro-batches": one * (in_flight - 1)}
+            "activations": one, "in-flight micro-batches": one * (in_flight - 1),
+            "gathered (ZeRO-3)": 2 * (3 * block + 2 * root)}
 
 
 def time_terms(model: ModelConfig, cluster: Cluster, layout: Layout, m: int) -> dict[str, float]:

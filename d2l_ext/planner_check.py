@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from . import commcost, pipeline
-from .planner import Layout, ModelConfig, layer_activation_bytes
+from .planner import Layout, ModelConfig, gathered_parameters, layer_activation_bytes
 
 MODEL = ModelConfig("plan_check", layers=4, hidden=64, heads=8, kv_heads=4, ffn=128, vocab=0, seq=32,
                     global_batch=8)
@@ -50,7 +50,21 @@ def predicted_bytes(name: str, rank: int = 0) -> dict[str, float]:
     return {"parameters": 4 * held / (shards if layout.zero == 3 else 1),
             "gradients": 4 * held / (shards if layout.zero >= 2 else 1),
             "optimizer state": 8 * held / (shards if layout.zero >= 1 else 1),
-            "activations": blocks * one * in_flight}
+            "activations": blocks * one * in_flight,
+            "gathered block": 4 * gathered_parameters(MODEL, layout)[0]}  # one copy of a block, whole (FSDP2)
+
+
+# MemTracker's kinds, and the planner's terms that make each. FSDP2 holds three copies of a block whole
+# (planner.gathered_parameters): its weights are parameters; the all-gather's buffer, kept through the forward, is
+# allocated there, so MemTracker files it as an activation; its gradients wait for the reduce-scatter
+TRACKED = {"PARAM": ("parameters", "gathered block"), "GRAD": ("gradients", "gathered block"),
+           "OPT": ("optimizer state",), "ACT": ("activations", "gathered block")}
+
+
+def predicted_peaks(name: str, rank: int = 0) -> dict[str, float]:
+    """The planner's bytes of each MemTracker kind at its most on ``rank`` under the layout ``name``."""
+    terms = predicted_bytes(name, rank)
+    return {kind: sum(terms[t] for t in parts) for kind, parts in TRACKED.items()}
 
 
 def predicted_collectives(name: str) -> dict[str, int]:

@@ -7,8 +7,9 @@ float32) trains with Adam on 8 sequences of 32 random vectors, under DP (DDP), F
 stages, 4 micro-batches), FSDP2 x TP (2 x 2) and PP x DP (2 x 2, DDP inside each stage). Each layout runs one step
 to make Adam's state, then one step measured:
 
-- ``MemTracker`` (torch.distributed._tools.mem_tracker) follows every tensor of the step and reports, per rank,
-  the peak bytes of each kind: parameters, gradients, optimizer state, activations;
+- ``MemTracker`` (torch.distributed._tools.mem_tracker) follows every tensor of the step; per rank, the most
+  bytes of each kind (parameters, gradients, optimizer state, activations) over its snapshots: the step's peak,
+  and each module's before, after and at its own peak, forward and backward;
 - ``CommDebugMode`` counts the collectives the step calls through the dispatcher (DTensor's and FSDP2's). DDP's
   reducer calls gloo from C++, where CommDebugMode cannot see it: a communication hook counts its all-reduces.
   Pipeline sends and receives are point-to-point, not collectives: CommDebugMode counts none, nor does the planner.
@@ -221,12 +222,24 @@ def measure(layout: str) -> dict:
     found = {"parameters": local_bytes(parameters), "gradients": local_bytes(p.grad for p in parameters),
              "optimizer state": local_bytes(v for state in optimizer.state.values() for v in state.values()),
              "activations": saved.peak}
-    tracked = {}
-    if tracker is not None:
-        peaks = tracker.get_tracker_snapshot("peak")
-        tracked = {str(kind).split(".")[-1]: n for device, kinds in peaks.items() for kind, n in kinds.items()
-                   if torch.device(device).type == "cpu"}
-    return {"counted": found, "memtracker": tracked, "collectives": counts}
+    return {"counted": found, "memtracker": most_of_each_kind(tracker) if tracker else {}, "collectives": counts}
+
+
+def most_of_each_kind(tracker: MemTracker) -> dict[str, int]:
+    """The most bytes of each kind MemTracker saw: over its snapshots of the step's peak and of every module before,
+    after and at its own peak, forward and backward. The step's peak alone is one moment, where some kinds are
+    not at their most (FSDP2's gradients, mid-backward)."""
+    snapshots = [tracker.get_tracker_snapshot("peak")]
+    for stats in tracker.memory_tracking.values():
+        snapshots += [snapshot for taken in stats.snapshots.values() for snapshot in taken]
+    most: dict[str, int] = {}
+    for snapshot in snapshots:
+        for device, kinds in snapshot.items():
+            if torch.device(device).type == "cpu":
+                for kind, n in kinds.items():
+                    name = str(kind).split(".")[-1]
+                    most[name] = max(most.get(name, 0), n)
+    return most
 
 
 def main() -> None:
