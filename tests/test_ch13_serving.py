@@ -157,6 +157,56 @@ def test_int8_weights_their_bytes_and_their_error():
     assert 0 < ((approx - full).norm() / full.norm()).item() < 2e-2
 
 
+def torchao_int8(model: serving.GPT) -> serving.GPT:
+    import copy
+
+    torchao = serving.import_torchao()  # requirements.txt pins it: a missing torchao fails here
+    copied = copy.deepcopy(model)
+    torchao.quantization.quantize_(copied, torchao.quantization.Int8WeightOnlyConfig())
+    return copied
+
+
+def test_torchaos_int8_bytes_are_its_integers_scales_and_zero_points():
+    model = tiny()
+    ao8 = torchao_int8(model)
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = sum(m.weight.numel() for m in linear)
+    rows = sum(m.weight.shape[0] for m in linear)
+    others = serving.weight_bytes(model) - 4 * weights  # embeddings and norms stay float32
+    # per row: a float32 scale and an int8 zero point; per weight: one int8
+    assert serving.weight_bytes(ao8) == others + weights + 4 * rows + rows
+    assert serving.weight_bytes(ao8) == serving.weight_bytes(serving.quantize_int8(model)) + rows
+    assert serving.weight_bytes(model) == serving.weight_bytes(tiny())  # a float model: numel × 4, as before
+
+
+def test_torchaos_int8_is_the_courses_rule_with_127_5_and_keeps_the_tokens():
+    model = tiny()
+    ao8 = torchao_int8(model)
+    checked = 0
+    for ours, theirs in zip(model.modules(), ao8.modules(), strict=True):
+        if isinstance(ours, torch.nn.Linear):
+            w, q = ours.weight.detach(), theirs.weight
+            scale = w.abs().amax(dim=1, keepdim=True) / 127.5
+            assert torch.equal(q.scale, scale)
+            assert torch.equal(q.qdata, (w * (1 / scale)).round().clamp(-128, 127).to(torch.int8))
+            assert not q.zero_point.any()  # symmetric
+            checked += 1
+    assert checked == 2 * 6 + 1  # q, k, v, out, up, down in each block, and the head
+    assert torch.equal(serving.generate(ao8, PROMPT, 30), serving.generate(model, PROMPT, 30))
+    with torch.no_grad():
+        full, approx = model(PROMPT[None]), ao8(PROMPT[None])
+    assert 0 < ((approx - full).norm() / full.norm()).item() < 2e-2
+
+
+def test_the_int4_cell_is_guarded_for_a_cuda_gpu():
+    cells = {c.id: c for c in nbformat.read(NOTEBOOKS / "13_serving.ipynb", as_version=4).cells}
+    cell = cells["quantize-int4"]
+    assert cell.source.startswith('if d2l_ext.needs_gpus(1, kind="cuda"):')
+    assert [o.text for o in cell.outputs] == [  # the stored run is this machine's skip, never a GPU's output
+        "Skipped: this cell needs 1 GPU of type CUDA (NVIDIA, or AMD with ROCm); this machine has no GPU. "
+        "To get one on Colab: Runtime > Change runtime type > T4 GPU.\n"]
+
+
 @pytest.mark.parametrize(("gpus", "expected"), [(0, ("cpu", torch.float32)), (1, ("cuda", torch.float16))])
 def test_the_gpu_cells_setting_follows_what_torch_reports(gpus, expected):
     assert serving.decode_setting(gpus) == expected

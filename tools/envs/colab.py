@@ -37,10 +37,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tools import REPO
 from tools.envs.venvs import COLAB_VENV_GIB, find_python, free_gib
+from tools.outputs.colab_cells import colab_lacks  # what the setup cells install on Colab (torchao, ...)
 from tools.outputs.run import NBVAL_OPTIONS, TEST_ENVIRONMENT  # as make test runs the notebooks
 
 FREEZE_HELP = "Write tests/envs/colab.txt from Colab's pip-freeze.gpu.txt"
@@ -112,9 +114,16 @@ def interpreter(name: str, wanted: str) -> str:
     return path
 
 
+def stack() -> str:
+    """Return what .venv-colab installs: Colab's list (colab.txt) and what the notebooks' setup cells add on
+    Colab, at requirements.txt's pins (tools/outputs/colab_cells.py's COLAB_LACKS: torchao)."""
+    return TARGET.read_text() + "".join(f"{pin}\n" for pin in colab_lacks())
+
+
 def build(python: str, venv: Path) -> Path:
-    """Create ``venv`` with Colab's packages, d2l (--no-deps) and d2l_ext, unless it holds this list already."""
-    recipe = b"".join(p.read_bytes() for p in (TARGET, REPO / "requirements-d2l.txt")) + python.encode()
+    """Create ``venv`` with stack() (Colab's packages and what the setup cells add there), d2l (--no-deps) and
+    d2l_ext, unless it holds this list already."""
+    recipe = stack().encode() + (REPO / "requirements-d2l.txt").read_bytes() + python.encode()
     stamp, digest = venv / ".colab-installed", hashlib.sha256(recipe).hexdigest()
     bin_python = venv / "bin" / "python"
     if stamp.exists() and stamp.read_text() == digest and bin_python.exists():
@@ -123,11 +132,14 @@ def build(python: str, venv: Path) -> Path:
     seed = [[str(bin_python), "-m", "tools.envs.venvs", step, str(REPO / ".venv")]
             for step in ("seed", "dedupe")] if (REPO / ".venv" / ".installed").exists() else [[], []]
     # the course's one install recipe, with Colab's stack in place of requirements.txt
-    steps = [[python, "-m", "venv", str(venv)], seed[0],
-             ["bash", str(INSTALL), str(bin_python), "--requirements", str(TARGET)], seed[1]]
-    for step in filter(None, steps):
-        print("+ " + " ".join(step), flush=True)
-        subprocess.run(step, check=True, cwd=REPO, env={**os.environ, "PIP_QUIET": "1"})
+    with tempfile.TemporaryDirectory() as folder:
+        requirements = Path(folder) / "colab-requirements.txt"
+        requirements.write_text(stack())
+        steps = [[python, "-m", "venv", str(venv)], seed[0],
+                 ["bash", str(INSTALL), str(bin_python), "--requirements", str(requirements)], seed[1]]
+        for step in filter(None, steps):
+            print("+ " + " ".join(step), flush=True)
+            subprocess.run(step, check=True, cwd=REPO, env={**os.environ, "PIP_QUIET": "1"})
     stamp.write_text(digest)
     return bin_python
 

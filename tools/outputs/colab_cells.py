@@ -6,7 +6,8 @@ The repository's address lives here, in REPOSITORY and BRANCH. A fork changes th
 Each notebook starts with two cells that this script writes:
 - a Markdown cell with an "Open in Colab" badge pointing at the notebook in the repository;
 - a setup cell that, on Colab only, clones the repository, installs d2l (without its pins) and d2l_ext,
-  moves into the notebook's folder, and prints one line if Colab's torch is older than the course is tested
+  and what the notebook needs that Colab lacks (COLAB_LACKS, at requirements.txt's pins), moves into the
+  notebook's folder, and prints one line if Colab's torch is older than the course is tested
   with or lacks an API a chapter calls (d2l_ext.compat); anywhere else it does nothing. nbval does not
   compare its output.
 Notebook metadata asks Colab for a GPU runtime (a T4), since every chapter has cells that use one.
@@ -28,6 +29,9 @@ BRANCH = "main"
 
 NOTEBOOKS = ROOT / "notebooks"
 BADGE_ID, SETUP_ID = "colab-badge", "colab-setup"
+# what a notebook (by name: its solutions and editions too) needs that Colab's runtime lacks; its setup cell
+# installs it at requirements.txt's pin, and make test-colab's environment holds it (tools/envs/colab.py)
+COLAB_LACKS = {"13_serving": ["torchao"]}
 README_START, README_END = "<!-- badges: written by tools/outputs/colab_cells.py -->", "<!-- /badges -->"
 
 
@@ -35,6 +39,18 @@ def d2l_requirement() -> str:
     """Return the pinned d2l requirement (from requirements-d2l.txt, its one place)."""
     lines = [ln.strip() for ln in (ROOT / "requirements-d2l.txt").read_text().splitlines()]
     return next(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def pinned(name: str) -> str:
+    """Return requirements.txt's line for the package ``name`` (e.g. torchao==0.18.0)."""
+    lines = [ln.strip() for ln in (ROOT / "requirements.txt").read_text().splitlines()]
+    return next(ln for ln in lines if ln.lower().startswith(name.lower() + "=="))
+
+
+def colab_lacks(path: Path | None = None) -> list[str]:
+    """Return the pinned packages that the notebook at ``path`` (without one: any notebook) installs on Colab."""
+    names = COLAB_LACKS.get(path.stem, []) if path else sorted({n for ns in COLAB_LACKS.values() for n in ns})
+    return [pinned(name) for name in names]
 
 
 def colab_url(path: Path) -> str:
@@ -65,6 +81,7 @@ def setup_cell(path: Path) -> nbformat.NotebookNode:
         f"    !git clone --quiet --depth 1 --branch {BRANCH} \\",
         f"        https://github.com/{REPOSITORY} /content/course",
         f"    %pip install --quiet --no-deps {d2l_requirement()} /content/course",
+        *(f"    %pip install --quiet {pin}" for pin in colab_lacks(path)),  # no comment: %pip would read it
         f"    %cd /content/course/{folder}",
         "    # one line if Colab's torch is too old for a chapter",
         "    from d2l_ext.compat import torch_check",
