@@ -322,8 +322,9 @@ def import_torchao():
 def tensor_bytes(tensor: torch.Tensor) -> int:
     """Bytes a tensor stores. A quantized tensor subclass (torchao's ``Int8Tensor``, ...) reports the float
     shape it stands for, so its bytes are those of the tensors it holds (``__tensor_flatten__``)."""
-    if hasattr(tensor, "__tensor_flatten__"):
-        names, _ = tensor.__tensor_flatten__()
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is not None:
+        names, _ = flatten()
         return sum(tensor_bytes(inner) for inner in (getattr(tensor, n) for n in names) if inner is not None)
     return tensor.numel() * tensor.element_size()
 

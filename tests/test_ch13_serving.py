@@ -183,13 +183,15 @@ def test_torchaos_int8_is_the_courses_rule_with_127_5_and_keeps_the_tokens():
     model = tiny()
     ao8 = torchao_int8(model)
     checked = 0
+    int8_tensor = serving.import_torchao().quantization.Int8Tensor
     for ours, theirs in zip(model.modules(), ao8.modules(), strict=True):
         if isinstance(ours, torch.nn.Linear):
             w, q = ours.weight.detach(), theirs.weight
+            assert isinstance(q, int8_tensor)
             scale = w.abs().amax(dim=1, keepdim=True) / 127.5
             assert torch.equal(q.scale, scale)
             assert torch.equal(q.qdata, (w * (1 / scale)).round().clamp(-128, 127).to(torch.int8))
-            assert not q.zero_point.any()  # symmetric
+            assert q.zero_point is not None and not q.zero_point.any()  # symmetric
             checked += 1
     assert checked == 2 * 6 + 1  # q, k, v, out, up, down in each block, and the head
     assert torch.equal(serving.generate(ao8, PROMPT, 30), serving.generate(model, PROMPT, 30))
