@@ -75,10 +75,39 @@ def tp_plan(sequence: bool) -> dict[str, Any]:
     return plan
 
 
+class Replicas(nn.Module):
+    """A pipeline stage's blocks once per micro-batch, every copy made of the stage's own parameters. MemTracker
+    refuses a module called more than once a step, and a stage runs once per micro-batch: each micro-batch runs its
+    own copy, so every module it sees is called once. Called without module hooks, this wrapper is invisible to it."""
+
+    def __init__(self, stage: Stack, copies: int):
+        super().__init__()
+        self.stage, self.calls = stage, 0
+        self.copies = [Stack(0) for _ in range(copies)]  # a plain list: no parameters of their own to register
+        blocks = list(stage.blocks)
+        for copy in self.copies:
+            copy.blocks = nn.ModuleList(Block(HIDDEN, HEADS, KV_HEADS, FFN) for _ in blocks)
+            for mine, theirs in zip(copy.blocks, blocks, strict=True):
+                for name, module in mine.named_modules():
+                    for parameter in list(dict(module.named_parameters(recurse=False))):
+                        setattr(module, parameter, getattr(theirs.get_submodule(name), parameter))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # no hooks: MemTracker sees only the copies
+        return self.forward(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.copies[(self.calls - 1) % len(self.copies)](x)
+
+
 def counted_ddp(module: nn.Module, counts: dict, group: Any = None) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(module, process_group=group)
+    class Unhooked(DistributedDataParallel):  # called once a micro-batch in a pipeline: see Replicas
+        def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+            return self.forward(*args, **kwargs)
+
+    ddp = (Unhooked if isinstance(module, Replicas) else DistributedDataParallel)(module, process_group=group)
 
     def hook(state, bucket):  # noqa: ANN001 (DDP's signature)
         counts["all_reduce (DDP buckets)"] = counts.get("all_reduce (DDP buckets)", 0) + 1
@@ -128,11 +157,11 @@ def pipelined(layout: str, counts: dict) -> tuple[Any, torch.Tensor, Any]:
     blocks = LAYERS // stages
     module = Stack(0)
     module.blocks = nn.ModuleList(model.blocks[stage * blocks:(stage + 1) * blocks])
-    wrapped = module
+    wrapped: nn.Module = Replicas(module, MICROBATCHES)
     if layout == "PP x DP":
         groups = [dist.new_group([s + r * stages for r in range(world // stages)]) for s in range(stages)]
         pp_groups = [dist.new_group(list(range(r * stages, (r + 1) * stages))) for r in range(world // stages)]
-        wrapped = counted_ddp(module, counts, groups[stage])
+        wrapped = counted_ddp(wrapped, counts, groups[stage])
         pp_group: Any = pp_groups[replica]
     else:
         pp_group = None
@@ -202,16 +231,14 @@ def measure(layout: str) -> dict:
     counts.clear()
     parameters = list(model.parameters())
     saved = LocalSaved(model)
-    # MemTracker refuses a module called more than once a step, as a pipeline stage is (once a micro-batch)
-    tracker = MemTracker() if step is None else None
+    tracker = MemTracker()
     # torch 2.11's CommDebugMode (Colab's) stops a pipeline stage's forward (an IndexError in its module tracker;
     # 2.14's does not): before 2.14 the pipelined layouts' collectives are counted by DDP's comm hook, the only
     # collectives they call (a pipeline's own sends are point-to-point, which CommDebugMode does not count either)
     by_hook = step is not None and TorchVersion(torch.__version__) < "2.14"
     with contextlib.ExitStack() as stack:
-        if tracker is not None:
-            tracker.track_external(model, optimizer)
-            stack.enter_context(tracker)
+        tracker.track_external(model, optimizer)
+        stack.enter_context(tracker)
         comm = None if by_hook else stack.enter_context(CommDebugMode())
         stack.enter_context(saved.hooks())
         one_step()
@@ -222,7 +249,7 @@ def measure(layout: str) -> dict:
     found = {"parameters": local_bytes(parameters), "gradients": local_bytes(p.grad for p in parameters),
              "optimizer state": local_bytes(v for state in optimizer.state.values() for v in state.values()),
              "activations": saved.peak}
-    return {"counted": found, "memtracker": most_of_each_kind(tracker) if tracker else {}, "collectives": counts}
+    return {"counted": found, "memtracker": most_of_each_kind(tracker), "collectives": counts}
 
 
 def most_of_each_kind(tracker: MemTracker) -> dict[str, int]:
