@@ -20,6 +20,7 @@ Rank 0 writes every rank's figures to OUT.json, which the notebook compares with
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import sys
 import warnings
@@ -36,7 +37,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.torch_version import TorchVersion
 
 from d2l_ext.planner_model import Block
-from d2l_ext.ranks import from_every_rank, join, leave
+from d2l_ext.ranks import from_every_rank, join, leave, say
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipelines import Saved, SavedBytes  # noqa: E402 (chapter 9's script, beside this one)
@@ -271,6 +272,9 @@ def most_of_each_kind(tracker: MemTracker) -> dict[str, int]:
 
 def main() -> None:
     warnings.filterwarnings("ignore")
+    # a rank still running after 150 s (the notebook stops the launch at 200) writes where each of its threads
+    # is to stderr, which the launch's error shows: a run that hangs says where
+    faulthandler.dump_traceback_later(150, exit=False)
     join(cpu=True)
     results = {}
     for layout in sys.argv[2:] or LAYOUTS:
@@ -279,10 +283,11 @@ def main() -> None:
         except Exception as err:
             raise RuntimeError(f"{layout}: {err}") from err
         dist.barrier()
+        say(f"{layout}: measured")  # progress, as each layout is done
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as out:
             json.dump(results, out, indent=1)
-        print("measured", ", ".join(results))
+    faulthandler.cancel_dump_traceback_later()
     leave()
 
 
