@@ -41,6 +41,7 @@ EXACT_TAG = "exact"
 BUILD_DEPENDENT_TAG = "build-dependent"
 # a cell whose output follows the memory the machine gives (chapter 9 starts fewer processes in Binder's 2 GB);
 # not compared where a memory limit is set below the stored run's: under tools/checks/memory_nbval.py, which sets
+# MEMORY_LIMIT_VARIABLE for its kernels
 MEMORY_DEPENDENT_TAG = "memory-dependent"
 MEMORY_LIMIT_VARIABLE = "D2L_EXT_MEMORY_LIMIT"  # the bytes of the limit the kernels run under
 # where `make outputs` records the torch build that made a notebook's stored outputs
